@@ -1,0 +1,254 @@
+// Highway per-target bodies of kernels/ops.h (optimized path; the scalar references are in
+// ref/ops_ref.cpp). Included once per SIMD target by simd/ops.cpp via foreach_target.
+#if defined(QEVICT_KERNELS_SIMD_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QEVICT_KERNELS_SIMD_OPS_INL_H_
+#undef QEVICT_KERNELS_SIMD_OPS_INL_H_
+#else
+#define QEVICT_KERNELS_SIMD_OPS_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/f16.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qevict {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Loads N halfs (f16 or bf16) as f32 lanes.
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadHalf(DF df, bool is_f16, const uint16_t* p) {
+  if (is_f16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+  const hn::Rebind<hwy::bfloat16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(p)));
+}
+
+HWY_INLINE float HalfScalar(bool is_f16, uint16_t h) { return is_f16 ? f16_to_f32(h) : bf16_to_f32(h); }
+
+inline void RmsNormImpl(const float* x, const float* w, float* y, int64_t n, float eps) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = hn::Lanes(df);
+  auto acc = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(df, x + i);
+    acc = hn::MulAdd(v, v, acc);
+  }
+  double ss = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i < n; ++i) ss += double(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / double(n) + eps));
+  const auto vinv = hn::Set(df, inv);
+  i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + i), vinv), hn::LoadU(df, w + i)), df, y + i);
+  for (; i < n; ++i) y[i] = x[i] * inv * w[i];
+}
+
+inline void SwigluImpl(const float* gate, const float* up, float* out, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = hn::Lanes(df);
+  const auto one = hn::Set(df, 1.0f);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto g = hn::LoadU(df, gate + i);
+    const auto e = hn::Exp(df, hn::Neg(g));
+    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, e)), hn::LoadU(df, up + i)), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+inline void F32ToHalfImpl(bool is_f16, const float* src, uint16_t* dst, int64_t n) {
+  // Conversion is not on any hot path: scalar code gives exact round-to-nearest-even for
+  // both formats without depending on per-target rounding modes.
+  for (int64_t i = 0; i < n; ++i) dst[i] = is_f16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
+}
+
+inline void HalfToF32Impl(bool is_f16, const uint16_t* src, float* dst, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = hn::Lanes(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadHalf(df, is_f16, src + i), df, dst + i);
+  for (; i < n; ++i) dst[i] = HalfScalar(is_f16, src[i]);
+}
+
+constexpr int kMaxGroup = 8;
+
+// One key row against up to kMaxGroup query heads: each key chunk is converted once.
+template <int G>
+HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const uint16_t* krow, int d,
+                      float scale, float* scores, int64_t lds, int64_t j) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  hn::Vec<decltype(df)> acc[G];
+  for (int h = 0; h < G; ++h) acc[h] = hn::Zero(df);
+  int c = 0;
+  for (; c + N <= d; c += N) {
+    const auto kv = LoadHalf(df, is_f16, krow + c);
+    for (int h = 0; h < G; ++h) acc[h] = hn::MulAdd(hn::LoadU(df, q + h * ldq + c), kv, acc[h]);
+  }
+  for (int h = 0; h < G; ++h) {
+    float s = hn::GetLane(hn::SumOfLanes(df, acc[h]));
+    for (int cc = c; cc < d; ++cc) s += q[h * ldq + cc] * HalfScalar(is_f16, krow[cc]);
+    scores[h * lds + j] = s * scale;
+  }
+}
+
+template <int G>
+HWY_INLINE void QkBlock(bool is_f16, const float* q, int64_t ldq, const uint16_t* k, int64_t ldk,
+                        int64_t n, int d, float scale, float* scores, int64_t lds) {
+  for (int64_t j = 0; j < n; ++j) QkRow<G>(is_f16, q, ldq, k + j * ldk, d, scale, scores, lds, j);
+}
+
+inline void QkScoresImpl(bool is_f16, const float* q, int64_t ldq, int g, const uint16_t* k,
+                         int64_t ldk, int64_t n, int d, float scale, float* scores, int64_t lds) {
+  // Heads are processed kMaxGroup at a time; within a pass every key row is read once.
+  for (int h0 = 0; h0 < g; h0 += kMaxGroup) {
+    const int gg = g - h0 < kMaxGroup ? g - h0 : kMaxGroup;
+    const float* qh = q + h0 * ldq;
+    float* sh = scores + h0 * lds;
+    switch (gg) {
+      case 1: QkBlock<1>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 2: QkBlock<2>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 3: QkBlock<3>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 4: QkBlock<4>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 5: QkBlock<5>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 6: QkBlock<6>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 7: QkBlock<7>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      default: QkBlock<8>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+    }
+  }
+}
+
+template <int G>
+HWY_INLINE void PvBlock(bool is_f16, const float* p, int64_t ldp, const uint16_t* v, int64_t ldv,
+                        int64_t n, int d, float* out, int64_t ldo) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int c = 0;
+  for (; c + N <= d; c += N) {
+    hn::Vec<decltype(df)> acc[G];
+    for (int h = 0; h < G; ++h) acc[h] = hn::LoadU(df, out + h * ldo + c);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto vv = LoadHalf(df, is_f16, v + j * ldv + c);
+      for (int h = 0; h < G; ++h) acc[h] = hn::MulAdd(hn::Set(df, p[h * ldp + j]), vv, acc[h]);
+    }
+    for (int h = 0; h < G; ++h) hn::StoreU(acc[h], df, out + h * ldo + c);
+  }
+  for (; c < d; ++c) {
+    for (int h = 0; h < G; ++h) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < n; ++j) acc += p[h * ldp + j] * HalfScalar(is_f16, v[j * ldv + c]);
+      out[h * ldo + c] += acc;
+    }
+  }
+}
+
+inline void PvAccumulateImpl(bool is_f16, const float* p, int64_t ldp, int g, const uint16_t* v,
+                             int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
+  for (int h0 = 0; h0 < g; h0 += kMaxGroup) {
+    const int gg = g - h0 < kMaxGroup ? g - h0 : kMaxGroup;
+    const float* ph = p + h0 * ldp;
+    float* oh = out + h0 * ldo;
+    switch (gg) {
+      case 1: PvBlock<1>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 2: PvBlock<2>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 3: PvBlock<3>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 4: PvBlock<4>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 5: PvBlock<5>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 6: PvBlock<6>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 7: PvBlock<7>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      default: PvBlock<8>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+    }
+  }
+}
+
+inline float SoftmaxImpl(float* x, int64_t n) {
+  if (n <= 0) return 0.0f;
+  const hn::ScalableTag<float> df;
+  const int64_t N = hn::Lanes(df);
+  float mx = x[0];
+  int64_t i = 0;
+  if (n >= N) {
+    auto vm = hn::LoadU(df, x);
+    for (i = N; i + N <= n; i += N) vm = hn::Max(vm, hn::LoadU(df, x + i));
+    mx = hn::GetLane(hn::MaxOfLanes(df, vm));
+  }
+  for (; i < n; ++i) mx = std::fmax(mx, x[i]);
+  const auto vmx = hn::Set(df, mx);
+  auto vsum = hn::Zero(df);
+  i = 0;
+  for (; i + N <= n; i += N) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vmx));
+    hn::StoreU(e, df, x + i);
+    vsum = hn::Add(vsum, e);
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const auto vinv = hn::Set(df, static_cast<float>(1.0 / sum));
+  i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), vinv), df, x + i);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (; i < n; ++i) x[i] *= inv;
+  return mx;
+}
+
+inline float MaxOf(const float* x, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = hn::Lanes(df);
+  float mx = x[0];
+  int64_t i = 0;
+  if (n >= N) {
+    auto vm = hn::LoadU(df, x);
+    for (i = N; i + N <= n; i += N) vm = hn::Max(vm, hn::LoadU(df, x + i));
+    mx = hn::GetLane(hn::MaxOfLanes(df, vm));
+  }
+  for (; i < n; ++i) mx = std::fmax(mx, x[i]);
+  return mx;
+}
+
+inline float ExpSubSum(float* x, int64_t n, float m) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = hn::Lanes(df);
+  const auto vm = hn::Set(df, m);
+  auto vsum = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vm));
+    hn::StoreU(e, df, x + i);
+    vsum = hn::Add(vsum, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  return sum;
+}
+
+// Wrappers with plain signatures for HWY_EXPORT.
+inline void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) { RmsNormImpl(x, w, y, n, eps); }
+inline void Swiglu(const float* g, const float* u, float* o, int64_t n) { SwigluImpl(g, u, o, n); }
+inline void F32ToHalf(bool f16, const float* s, uint16_t* d, int64_t n) { F32ToHalfImpl(f16, s, d, n); }
+inline void HalfToF32(bool f16, const uint16_t* s, float* d, int64_t n) { HalfToF32Impl(f16, s, d, n); }
+inline void QkScores(bool f16, const float* q, int64_t ldq, int g, const uint16_t* k, int64_t ldk, int64_t n,
+                     int d, float scale, float* s, int64_t lds) { QkScoresImpl(f16, q, ldq, g, k, ldk, n, d, scale, s, lds); }
+inline void PvAccumulate(bool f16, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv, int64_t n,
+                         int d, float* o, int64_t ldo) { PvAccumulateImpl(f16, p, ldp, g, v, ldv, n, d, o, ldo); }
+inline float Softmax(float* x, int64_t n) { return SoftmaxImpl(x, n); }
+inline const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qevict
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

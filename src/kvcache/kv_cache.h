@@ -1,0 +1,70 @@
+// The KV-cache interface: the centre of the architecture. The model hands each layer's new
+// keys/values and queries to a sequence's cache; the cache stores them in whatever form
+// its policy chose and computes attention over everything it holds. Policies decide, the
+// cache stores, kernels compute: a cache implementation owns storage and calls kernels;
+// routing policies (later) return plans that the cache applies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+#include "kernels/rope.h"
+
+namespace qevict {
+
+// What one sequence's cache stores per layer (plain data, from the model config).
+struct KvShape {
+  int n_layers = 0;
+  int n_q_heads = 0;
+  int n_kv_heads = 0;  // GQA: n_q_heads / n_kv_heads query heads share one KV head
+  int head_dim = 0;
+  RopeParams rope;     // how keys were rotated (caches that re-rotate keys need it)
+
+  int group() const { return n_q_heads / n_kv_heads; }
+  int q_width() const { return n_q_heads * head_dim; }
+  int kv_width() const { return n_kv_heads * head_dim; }
+  Status validate() const;
+};
+
+// One sequence's cache. Call order per forward call: begin(n) → attend(layer, ...) for
+// every layer in order → commit(). Not thread-safe; attend() parallelizes internally.
+class SequenceKvCache {
+ public:
+  virtual ~SequenceKvCache() = default;
+
+  // Tokens already stored: the position of the next token.
+  virtual int64_t n_past() const = 0;
+  // Largest sequence length this cache accepts.
+  virtual int64_t n_ctx() const = 0;
+
+  // Prepares a call that adds n_new tokens at positions [n_past, n_past + n_new).
+  // Errors (nothing changed) when the sequence would exceed n_ctx or memory is short.
+  virtual Status begin(int64_t n_new) = 0;
+
+  // Stores layer `layer`'s keys/values for the n_new tokens of this call and computes
+  // causal attention for their queries over all cached tokens plus the new ones:
+  //   q   f32 [n_new, n_q_heads * head_dim]   post-RoPE
+  //   k   f32 [n_new, n_kv_heads * head_dim]  post-RoPE
+  //   v   f32 [n_new, n_kv_heads * head_dim]
+  //   out f32 [n_new, n_q_heads * head_dim]   softmax(q k^T / sqrt(head_dim)) v per head
+  virtual void attend(int layer, const float* q, const float* k, const float* v, float* out,
+                      ThreadPool& pool) = 0;
+
+  // Ends the call: n_past += n_new. Caches with a routing policy route here.
+  virtual void commit() = 0;
+
+  // Forgets all tokens (n_past = 0); may keep allocations for reuse.
+  virtual void clear() = 0;
+
+  // Bytes of storage this cache holds right now (allocated, not nominal).
+  virtual size_t bytes_held() const = 0;
+
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace qevict
