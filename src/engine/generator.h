@@ -1,0 +1,48 @@
+// Generation loop: chunked prefill of each prompt, then batched one-token decode steps over
+// all live sequences (one forward call per step for the whole batch), sampling each
+// sequence with its own sampler, streaming tokens through a callback.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/sampling.h"
+#include "kvcache/kv_cache.h"
+#include "model/model.h"
+
+namespace qevict {
+
+struct GenerationRequest {
+  SequenceKvCache* cache = nullptr;   // empty or holding a previous turn's tokens
+  std::vector<int32_t> prompt;        // tokens to append before generating (non-empty)
+  int n_predict = 128;                // generate at most this many tokens
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;   // generation ends after emitting one of these
+
+  // Results.
+  std::vector<int32_t> output;        // generated tokens (a stop token included)
+  bool hit_stop = false;
+};
+
+struct GenerateOptions {
+  int prefill_chunk = 512;  // prompt tokens per forward call
+  Status validate() const;
+};
+
+struct GenerationStats {
+  int64_t n_prompt = 0;         // prompt tokens processed
+  int64_t n_decode_calls = 0;   // decode forward calls (tokens per sequence after the first)
+  int64_t n_generated = 0;      // tokens sampled, all sequences
+  double prompt_seconds = 0.0;  // prefill wall time
+  double decode_seconds = 0.0;  // decode wall time
+};
+
+// Called for every generated token of request `index`; return false to stop that request.
+using TokenCallback = std::function<bool(size_t index, int32_t token)>;
+
+Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& requests,
+                const GenerateOptions& opts, const TokenCallback& on_token, GenerationStats* stats);
+
+}  // namespace qevict

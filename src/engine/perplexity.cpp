@@ -1,0 +1,68 @@
+// Teacher-forced perplexity (see perplexity.h). NLL at position i = -log softmax(z_i)[t_{i+1}],
+// computed in double.
+#include "engine/perplexity.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace qevict {
+
+Status PerplexityOptions::validate() const {
+  if (n_ctx < 2) return Status::error(fmt::format("context must be at least 2 tokens, got {}", n_ctx));
+  if (batch <= 0) return Status::error("batch must be positive");
+  return Status::ok();
+}
+
+Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int32_t>& tokens,
+                           const PerplexityOptions& opts,
+                           const std::function<std::unique_ptr<SequenceKvCache>(int64_t)>& make_cache,
+                           const LogitsSink& sink, const std::function<void(int64_t, int64_t)>& progress,
+                           PerplexityResult* result) {
+  QEVICT_RETURN_IF_ERROR(opts.validate());
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 2) return Status::error(fmt::format("need at least 2 tokens to score, got {}", n));
+  const int32_t V = model.config().n_vocab;
+  auto t0 = std::chrono::steady_clock::now();
+  double nll_sum = 0.0;
+  int64_t n_scored = 0;
+  std::vector<float> logits;
+  for (int64_t c0 = 0; c0 < n; c0 += opts.n_ctx) {
+    const int64_t len = std::min(opts.n_ctx, n - c0);
+    if (len < 2 && c0 > 0) break;  // a 1-token tail has nothing to predict within its chunk
+    auto cache = make_cache(len);
+    if (!cache) return Status::error("could not create a KV cache");
+    const int64_t pre = opts.prefill < 0 ? len : std::min(opts.prefill, len);
+    for (int64_t i = 0; i < len;) {
+      const int64_t step = i < pre ? std::min<int64_t>(opts.batch, pre - i) : 1;
+      logits.resize(size_t(step * V));
+      std::vector<BatchSegment> segs{{cache.get(), tokens.data() + c0 + i, step, true, logits.data()}};
+      QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
+      for (int64_t j = 0; j < step; ++j) {
+        const int64_t pos = c0 + i + j;
+        const float* z = logits.data() + j * V;
+        if (sink) QEVICT_RETURN_IF_ERROR(sink(pos, z));
+        if (i + j + 1 < len) {
+          double mx = z[0];
+          for (int32_t v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
+          double s = 0.0;
+          for (int32_t v = 0; v < V; ++v) s += std::exp(double(z[v]) - mx);
+          nll_sum += -(double(z[tokens[size_t(pos + 1)]]) - mx - std::log(s));
+          ++n_scored;
+        }
+      }
+      i += step;
+      if (progress) progress(c0 + i, n);
+    }
+  }
+  PerplexityResult r;
+  r.n_scored = n_scored;
+  r.mean_nll = n_scored ? nll_sum / double(n_scored) : 0.0;
+  r.perplexity = std::exp(r.mean_nll);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (result) *result = r;
+  return Status::ok();
+}
+
+}  // namespace qevict

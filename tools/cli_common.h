@@ -1,0 +1,39 @@
+// Shared pieces of the qevict subcommands: model discovery (-m, QEVICT_MODEL, the fetched
+// default), thread count, reading prompt text, loading model + tokenizer with clear errors.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qevict::cli {
+
+struct ModelOptions {
+  std::string model_path;  // -m
+  int threads = 0;         // -t (0: all cores)
+};
+
+void add_model_options(CLI::App& app, ModelOptions& o);
+
+// -m PATH, else $QEVICT_MODEL, else the default model fetched by tools/fetch_model.sh.
+Expected<std::string> resolve_model_path(const std::string& flag_value);
+int resolve_threads(int flag_value);
+
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+Expected<Loaded> load_model(const ModelOptions& o);
+
+// The text of -p, or the contents of -f (exactly one must be given).
+Expected<std::string> read_prompt(const std::string& text, const std::string& file);
+
+// Prints "error: <msg>" on stderr and returns the exit code 1.
+int fail(const std::string& msg);
+
+}  // namespace qevict::cli

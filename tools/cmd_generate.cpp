@@ -1,0 +1,128 @@
+// qevict generate: prompt (-p/-f, optionally wrapped in the model's chat template) →
+// chunked prefill → streamed sampling; a timing line on stderr at the end.
+#include <cstdio>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "chat/chat_template.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "engine/generator.h"
+#include "kvcache/full_cache.h"
+
+namespace qevict::cli {
+
+namespace {
+
+struct GenerateArgs {
+  ModelOptions model;
+  std::string prompt, prompt_file, system;
+  int n_predict = 128;
+  int64_t n_ctx = 4096;
+  bool chat = false;
+  bool ignore_eos = false;
+  SamplingParams sampling;
+  int64_t seed = -1;
+  int prefill_chunk = 512;
+  std::string kv_dtype = "f16";
+};
+
+int run_generate(const GenerateArgs& a) {
+  auto loaded = load_model(a.model);
+  if (!loaded) return fail(loaded.error());
+  Model& model = *loaded->model;
+  Tokenizer& tok = *loaded->tokenizer;
+  auto text = read_prompt(a.prompt, a.prompt_file);
+  if (!text) return fail(text.error());
+
+  std::string prompt_text = *text;
+  bool parse_special = false;
+  if (a.chat) {
+    std::vector<ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", prompt_text});
+    const std::string tmpl = model.gguf().get_string_or("tokenizer.chat_template", "");
+    if (tmpl.empty()) {
+      prompt_text = render_chatml(msgs, true);
+    } else {
+      auto ct = ChatTemplate::parse(tmpl);
+      if (!ct) return fail("chat template: " + ct.error());
+      auto r = ct->render(msgs, true, tok.token_to_piece(tok.bos(), true), tok.token_to_piece(tok.eos(), true));
+      if (!r) return fail("chat template: " + r.error());
+      prompt_text = *r;
+    }
+    parse_special = true;
+  }
+  GenerationRequest req;
+  req.prompt = tok.encode(prompt_text, /*add_special=*/true, parse_special);
+  if (req.prompt.empty()) return fail("the prompt has no tokens");
+  if (int64_t(req.prompt.size()) + a.n_predict > a.n_ctx)
+    return fail(fmt::format("prompt ({} tokens) + -n {} exceeds the context -c {}", req.prompt.size(), a.n_predict, a.n_ctx));
+
+  HalfType dt = a.kv_dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
+  FullKvCache cache(model.kv_shape(), a.n_ctx, dt);
+  req.cache = &cache;
+  req.n_predict = a.n_predict;
+  req.sampling = a.sampling;
+  req.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
+  if (!a.ignore_eos)
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+      if (tok.is_eog(id)) req.stop_tokens.push_back(id);
+
+  const int threads = resolve_threads(a.model.threads);
+  ThreadPool pool(threads);
+  std::vector<GenerationRequest> reqs{std::move(req)};
+  GenerateOptions go;
+  go.prefill_chunk = a.prefill_chunk;
+  GenerationStats st;
+  Utf8Streamer out;
+  if (!a.chat) {  // echo the prompt like llama.cpp does
+    std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
+    std::fflush(stdout);
+  }
+  Status s = generate(model, pool, reqs, go, [&](size_t, int32_t id) {
+    if (tok.is_eog(id)) return true;
+    const std::string piece = out.push(tok.token_to_piece(id));
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  }, &st);
+  const std::string rest = out.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!s) return fail(s.message());
+  std::fprintf(stderr,
+               "\nprompt: %lld tokens in %.2f s (%.1f tok/s) | decode: %lld tokens in %.2f s (%.1f tok/s) | "
+               "threads %d | kv %s, %.1f MiB | seed %llu\n",
+               (long long)st.n_prompt, st.prompt_seconds, st.n_prompt / std::max(st.prompt_seconds, 1e-9),
+               (long long)st.n_decode_calls, st.decode_seconds, st.n_decode_calls / std::max(st.decode_seconds, 1e-9),
+               threads, cache.describe().c_str(), cache.bytes_held() / 1048576.0,
+               (unsigned long long)reqs[0].sampling.seed);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  add_model_options(app, a->model);
+  app.add_option("-p,--prompt", a->prompt, "prompt text");
+  app.add_option("-f,--file", a->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
+  app.add_option("-n,--n-predict", a->n_predict, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--ctx-size", a->n_ctx, "context size (prompt + generated tokens)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--chat", a->chat, "wrap the prompt as a user message in the model's chat template");
+  app.add_option("--system", a->system, "system message for --chat");
+  app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens");
+  app.add_option("--temp", a->sampling.temperature, "temperature (0 = greedy)")->capture_default_str();
+  app.add_option("--top-k", a->sampling.top_k, "top-k (0 = off)")->capture_default_str();
+  app.add_option("--top-p", a->sampling.top_p, "top-p (1 = off)")->capture_default_str();
+  app.add_option("--min-p", a->sampling.min_p, "min-p (0 = off)")->capture_default_str();
+  app.add_option("-s,--seed", a->seed, "RNG seed (-1 = random)")->capture_default_str();
+  app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--kv-dtype", a->kv_dtype, "KV storage type")->capture_default_str()->check(CLI::IsMember({"f16", "bf16"}));
+  return [a] { return run_generate(*a); };
+}
+
+}  // namespace qevict::cli

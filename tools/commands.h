@@ -1,0 +1,17 @@
+// The qevict subcommands. Each add_* registers its flags on a CLI11 subcommand and returns
+// the function that runs it (returning the process exit code).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace qevict::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_generate(CLI::App& app);
+Runner add_perplexity(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+
+}  // namespace qevict::cli

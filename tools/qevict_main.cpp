@@ -1,0 +1,35 @@
+// qevict: command-line entry. Subcommands: generate, perplexity, tokenize.
+#include <cstdio>
+#include <map>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"qevict — long-context LLM decoding with a recoverable tiered KV cache"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+  std::map<CLI::App*, qevict::cli::Runner> runners;
+  auto add = [&](const char* name, const char* desc, qevict::cli::Runner (*fn)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, desc);
+    runners[sub] = fn(*sub);
+  };
+  add("generate", "generate text from a prompt (streams tokens, timing on stderr)", qevict::cli::add_generate);
+  add("perplexity", "teacher-forced evaluation: perplexity, optional logits dump (.npy)", qevict::cli::add_perplexity);
+  add("tokenize", "print the token ids of a text, as llama.cpp's llama-tokenize", qevict::cli::add_tokenize);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Bad flag or value: the error, then the usage of the (sub)command, non-zero exit.
+    std::fprintf(stderr, "error: %s\n\n", e.what());
+    CLI::App* where = &app;
+    for (auto* sub : app.get_subcommands()) where = sub;
+    std::fprintf(stderr, "%s", where->help().c_str());
+    return e.get_exit_code() ? e.get_exit_code() : 2;
+  }
+  for (auto* sub : app.get_subcommands()) return runners[sub]();
+  return 2;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Sets everything up (tools/setup.sh), then runs every test: the Release build's tests
+# (unit + end-to-end on the real model against committed llama.cpp golden data), then the
+# unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+start=$(date +%s)
+
+model=$(tools/setup.sh | tail -n1)
+export QEVICT_TEST_MODEL="$model"
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== tests (Release) =="
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== unit tests under ASan + UBSan =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQEVICT_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs" >/dev/null
+# The end-to-end model tests are slow under ASan; they run in the Release pass above.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  QEVICT_TEST_MODEL="" ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE e2e
+
+echo "tests finished in $(( $(date +%s) - start )) s"
