@@ -29,11 +29,12 @@ def main():
         raise SystemExit(f"vocab sizes differ: {base.shape} vs {test.shape}")
     kls, agree, maxdiff = [], 0, 0.0
     for i in range(0, n, 128):
-        b = log_softmax(np.asarray(base[i:i + 128]))
-        t = log_softmax(np.asarray(test[i:i + 128]))
+        j = min(n, i + 128)
+        b = log_softmax(np.asarray(base[i:j]))
+        t = log_softmax(np.asarray(test[i:j]))
         kls.extend((np.exp(b) * (b - t)).sum(axis=-1).tolist())
         agree += int((b.argmax(-1) == t.argmax(-1)).sum())
-        maxdiff = max(maxdiff, float(np.abs(np.asarray(base[i:i + 128]) - np.asarray(test[i:i + 128])).max()))
+        maxdiff = max(maxdiff, float(np.abs(np.asarray(base[i:j]) - np.asarray(test[i:j])).max()))
     kls = np.array(kls)
     res = {"positions": n, "top1_agreement": agree / n, "mean_kl": float(kls.mean()),
            "p99_kl": float(np.quantile(kls, 0.99)), "max_kl": float(kls.max()), "max_abs_logit_diff": maxdiff}
