@@ -1,6 +1,7 @@
 // Scalar RoPE (see rope.h); this is both the reference and the production path.
 #include "kernels/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace qevict {
@@ -31,6 +32,16 @@ void rope_apply(const RopeParams& p, const float* cos_t, const float* sin_t, flo
     }
   }
   (void)head_dim;
+}
+
+void RopeTable::ensure(int64_t n) {
+  if (n <= n_) return;
+  const int half = p_.n_rot / 2;
+  int64_t cap = std::max<int64_t>(n, n_ * 2);
+  cos_.resize(size_t(cap * half));
+  sin_.resize(size_t(cap * half));
+  for (int64_t pos = n_; pos < cap; ++pos) rope_cos_sin(p_, pos, cos_.data() + pos * half, sin_.data() + pos * half);
+  n_ = cap;
 }
 
 }  // namespace qevict

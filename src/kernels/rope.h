@@ -5,7 +5,9 @@
 // few hundred flops per head per token, far below the matmuls.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace qevict {
 
@@ -25,5 +27,24 @@ void rope_cos_sin(const RopeParams& p, int64_t pos, float* cos_out, float* sin_o
 // cos/sin of one position. inverse = true applies the exact inverse rotation (angle -theta).
 void rope_apply(const RopeParams& p, const float* cos_t, const float* sin_t, float* x, int n_heads,
                 int head_dim, int64_t ld, bool inverse = false);
+
+// cos/sin of every position up to a bound, [pos][n_rot/2] each, grown on demand: lets
+// caches re-rotate decoded keys without recomputing transcendental functions.
+class RopeTable {
+ public:
+  explicit RopeTable(const RopeParams& p = {}) : p_(p) {}
+  const RopeParams& params() const { return p_; }
+  // Makes positions [0, n) available.
+  void ensure(int64_t n);
+  const float* cos_at(int64_t pos) const { return cos_.data() + pos * (p_.n_rot / 2); }
+  const float* sin_at(int64_t pos) const { return sin_.data() + pos * (p_.n_rot / 2); }
+  int64_t size() const { return n_; }
+  size_t bytes() const { return (cos_.capacity() + sin_.capacity()) * sizeof(float); }
+
+ private:
+  RopeParams p_;
+  int64_t n_ = 0;
+  std::vector<float> cos_, sin_;
+};
 
 }  // namespace qevict

@@ -32,6 +32,15 @@ HWY_INLINE hn::Vec<DF> LoadHalf(DF df, bool is_f16, const uint16_t* p) {
 
 HWY_INLINE float HalfScalar(bool is_f16, uint16_t h) { return is_f16 ? f16_to_f32(h) : bf16_to_f32(h); }
 
+// Key/value rows are either 16-bit halfs or f32 (decoded low-bit windows): one template
+// serves both through these overloads.
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadRow(DF df, bool is_f16, const uint16_t* p) { return LoadHalf(df, is_f16, p); }
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadRow(DF df, bool, const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE float RowScalar(bool is_f16, uint16_t h) { return HalfScalar(is_f16, h); }
+HWY_INLINE float RowScalar(bool, float x) { return x; }
+
 inline void RmsNormImpl(const float* x, const float* w, float* y, int64_t n, float eps) {
   const hn::ScalableTag<float> df;
   const int64_t N = hn::Lanes(df);
@@ -81,8 +90,8 @@ inline void HalfToF32Impl(bool is_f16, const uint16_t* src, float* dst, int64_t 
 constexpr int kMaxGroup = 8;
 
 // One key row against up to kMaxGroup query heads: each key chunk is converted once.
-template <int G>
-HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const uint16_t* krow, int d,
+template <int G, typename KT>
+HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const KT* krow, int d,
                       float scale, float* scores, int64_t lds, int64_t j) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
@@ -90,23 +99,24 @@ HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const uint16_t* 
   for (int h = 0; h < G; ++h) acc[h] = hn::Zero(df);
   int c = 0;
   for (; c + N <= d; c += N) {
-    const auto kv = LoadHalf(df, is_f16, krow + c);
+    const auto kv = LoadRow(df, is_f16, krow + c);
     for (int h = 0; h < G; ++h) acc[h] = hn::MulAdd(hn::LoadU(df, q + h * ldq + c), kv, acc[h]);
   }
   for (int h = 0; h < G; ++h) {
     float s = hn::GetLane(hn::SumOfLanes(df, acc[h]));
-    for (int cc = c; cc < d; ++cc) s += q[h * ldq + cc] * HalfScalar(is_f16, krow[cc]);
+    for (int cc = c; cc < d; ++cc) s += q[h * ldq + cc] * RowScalar(is_f16, krow[cc]);
     scores[h * lds + j] = s * scale;
   }
 }
 
-template <int G>
-HWY_INLINE void QkBlock(bool is_f16, const float* q, int64_t ldq, const uint16_t* k, int64_t ldk,
+template <int G, typename KT>
+HWY_INLINE void QkBlock(bool is_f16, const float* q, int64_t ldq, const KT* k, int64_t ldk,
                         int64_t n, int d, float scale, float* scores, int64_t lds) {
-  for (int64_t j = 0; j < n; ++j) QkRow<G>(is_f16, q, ldq, k + j * ldk, d, scale, scores, lds, j);
+  for (int64_t j = 0; j < n; ++j) QkRow<G, KT>(is_f16, q, ldq, k + j * ldk, d, scale, scores, lds, j);
 }
 
-inline void QkScoresImpl(bool is_f16, const float* q, int64_t ldq, int g, const uint16_t* k,
+template <typename KT>
+inline void QkScoresImpl(bool is_f16, const float* q, int64_t ldq, int g, const KT* k,
                          int64_t ldk, int64_t n, int d, float scale, float* scores, int64_t lds) {
   // Heads are processed kMaxGroup at a time; within a pass every key row is read once.
   for (int h0 = 0; h0 < g; h0 += kMaxGroup) {
@@ -114,20 +124,20 @@ inline void QkScoresImpl(bool is_f16, const float* q, int64_t ldq, int g, const 
     const float* qh = q + h0 * ldq;
     float* sh = scores + h0 * lds;
     switch (gg) {
-      case 1: QkBlock<1>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 2: QkBlock<2>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 3: QkBlock<3>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 4: QkBlock<4>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 5: QkBlock<5>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 6: QkBlock<6>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 7: QkBlock<7>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      default: QkBlock<8>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 1: QkBlock<1, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 2: QkBlock<2, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 3: QkBlock<3, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 4: QkBlock<4, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 5: QkBlock<5, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 6: QkBlock<6, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 7: QkBlock<7, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      default: QkBlock<8, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
     }
   }
 }
 
-template <int G>
-HWY_INLINE void PvBlock(bool is_f16, const float* p, int64_t ldp, const uint16_t* v, int64_t ldv,
+template <int G, typename VT>
+HWY_INLINE void PvBlock(bool is_f16, const float* p, int64_t ldp, const VT* v, int64_t ldv,
                         int64_t n, int d, float* out, int64_t ldo) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
@@ -136,7 +146,7 @@ HWY_INLINE void PvBlock(bool is_f16, const float* p, int64_t ldp, const uint16_t
     hn::Vec<decltype(df)> acc[G];
     for (int h = 0; h < G; ++h) acc[h] = hn::LoadU(df, out + h * ldo + c);
     for (int64_t j = 0; j < n; ++j) {
-      const auto vv = LoadHalf(df, is_f16, v + j * ldv + c);
+      const auto vv = LoadRow(df, is_f16, v + j * ldv + c);
       for (int h = 0; h < G; ++h) acc[h] = hn::MulAdd(hn::Set(df, p[h * ldp + j]), vv, acc[h]);
     }
     for (int h = 0; h < G; ++h) hn::StoreU(acc[h], df, out + h * ldo + c);
@@ -144,27 +154,28 @@ HWY_INLINE void PvBlock(bool is_f16, const float* p, int64_t ldp, const uint16_t
   for (; c < d; ++c) {
     for (int h = 0; h < G; ++h) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < n; ++j) acc += p[h * ldp + j] * HalfScalar(is_f16, v[j * ldv + c]);
+      for (int64_t j = 0; j < n; ++j) acc += p[h * ldp + j] * RowScalar(is_f16, v[j * ldv + c]);
       out[h * ldo + c] += acc;
     }
   }
 }
 
-inline void PvAccumulateImpl(bool is_f16, const float* p, int64_t ldp, int g, const uint16_t* v,
+template <typename VT>
+inline void PvAccumulateImpl(bool is_f16, const float* p, int64_t ldp, int g, const VT* v,
                              int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
   for (int h0 = 0; h0 < g; h0 += kMaxGroup) {
     const int gg = g - h0 < kMaxGroup ? g - h0 : kMaxGroup;
     const float* ph = p + h0 * ldp;
     float* oh = out + h0 * ldo;
     switch (gg) {
-      case 1: PvBlock<1>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 2: PvBlock<2>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 3: PvBlock<3>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 4: PvBlock<4>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 5: PvBlock<5>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 6: PvBlock<6>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 7: PvBlock<7>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      default: PvBlock<8>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 1: PvBlock<1, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 2: PvBlock<2, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 3: PvBlock<3, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 4: PvBlock<4, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 5: PvBlock<5, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 6: PvBlock<6, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 7: PvBlock<7, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      default: PvBlock<8, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
     }
   }
 }
@@ -245,6 +256,10 @@ inline void QkScores(bool f16, const float* q, int64_t ldq, int g, const uint16_
 inline void PvAccumulate(bool f16, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv, int64_t n,
                          int d, float* o, int64_t ldo) { PvAccumulateImpl(f16, p, ldp, g, v, ldv, n, d, o, ldo); }
 inline float Softmax(float* x, int64_t n) { return SoftmaxImpl(x, n); }
+inline void QkScoresF32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n, int d,
+                        float scale, float* s, int64_t lds) { QkScoresImpl(true, q, ldq, g, k, ldk, n, d, scale, s, lds); }
+inline void PvAccumulateF32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n, int d,
+                            float* o, int64_t ldo) { PvAccumulateImpl(true, p, ldp, g, v, ldv, n, d, o, ldo); }
 inline const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE

@@ -21,6 +21,8 @@ HWY_EXPORT(PvAccumulate);
 HWY_EXPORT(Softmax);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MaxOf);
+HWY_EXPORT(QkScoresF32);
+HWY_EXPORT(PvAccumulateF32);
 HWY_EXPORT(ExpSubSum);
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -46,6 +48,14 @@ void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_
 float softmax_inplace(float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Softmax)(x, n); }
 float max_of(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(MaxOf)(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(ExpSubSum)(x, n, m); }
+void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n, int d,
+                   float scale, float* scores, int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(QkScoresF32)(q, ldq, g, k, ldk, n, d, scale, scores, lds);
+}
+void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n, int d,
+                       float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(PvAccumulateF32)(p, ldp, g, v, ldv, n, d, out, ldo);
+}
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 }  // namespace qevict

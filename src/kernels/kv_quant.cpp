@@ -1,0 +1,128 @@
+// KIVI-style window quantization (see kv_quant.h). Parameters are rounded to f16 first and
+// codes computed against the rounded parameters, so reconstruction error is at most half a
+// step of the stored scale (plus f16 rounding of the zero-point).
+#include "kernels/kv_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/f16.h"
+
+namespace qevict {
+
+Status QuantLayout::validate() const {
+  if (bits != 2 && bits != 4) return Status::error(fmt::format("low-bit tier needs 2 or 4 bits, got {}", bits));
+  if (n_kv_heads <= 0 || head_dim <= 0 || window <= 0) return Status::error("invalid quantization layout");
+  if (head_dim % g() != 0) return Status::error(fmt::format("value group {} does not divide head_dim {}", g(), head_dim));
+  if ((size_t(window) * head_dim * bits) % 8 != 0) return Status::error("window * head_dim * bits must fill whole bytes");
+  if (head_dim % (8 / bits) != 0) return Status::error("head_dim must be a multiple of the codes per byte");
+  return Status::ok();
+}
+
+namespace {
+
+// f16-rounded (scale, zero) for values in [lo, hi] with `levels` steps.
+void params(float lo, float hi, int levels, uint16_t* s16, uint16_t* z16, float* s, float* z) {
+  *z16 = f32_to_f16(lo);
+  *z = f16_to_f32(*z16);
+  float step = (hi - *z) / float(levels);
+  if (!(step > 0.0f) || !std::isfinite(step)) step = 0.0f;
+  *s16 = f32_to_f16(step);
+  *s = f16_to_f32(*s16);
+}
+
+inline int code_of(float x, float s, float z, int levels) {
+  if (s == 0.0f) return 0;
+  const float c = std::nearbyint((x - z) / s);
+  return static_cast<int>(std::clamp(c, 0.0f, float(levels)));
+}
+
+inline void put_code(uint8_t* row, int i, int bits, int c) {
+  const int per = 8 / bits;
+  row[i / per] = static_cast<uint8_t>(row[i / per] | (c << (bits * (i % per))));
+}
+
+inline int get_code(const uint8_t* row, int i, int bits) {
+  const int per = 8 / bits;
+  return (row[i / per] >> (bits * (i % per))) & ((1 << bits) - 1);
+}
+
+}  // namespace
+
+void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, int n_tokens, uint8_t* out) {
+  const int H = L.n_kv_heads, d = L.head_dim, W = L.window, g = L.g(), levels = (1 << L.bits) - 1;
+  std::memset(out, 0, L.window_bytes());
+  uint8_t* kc = out + L.k_codes_off();
+  uint8_t* vc = out + L.v_codes_off();
+  auto* ks = reinterpret_cast<uint16_t*>(out + L.k_scale_off());
+  auto* kz = reinterpret_cast<uint16_t*>(out + L.k_zero_off());
+  auto* vs = reinterpret_cast<uint16_t*>(out + L.v_scale_off());
+  auto* vz = reinterpret_cast<uint16_t*>(out + L.v_zero_off());
+  const size_t row_bytes = size_t(d) * L.bits / 8;
+  for (int h = 0; h < H; ++h) {
+    // Keys: one (scale, zero) per channel over the window's tokens.
+    for (int c = 0; c < d; ++c) {
+      float lo = INFINITY, hi = -INFINITY;
+      for (int t = 0; t < n_tokens; ++t) {
+        const float x = k_pre[(size_t(t) * H + h) * d + c];
+        lo = std::min(lo, x);
+        hi = std::max(hi, x);
+      }
+      if (n_tokens == 0) lo = hi = 0.0f;
+      float s, z;
+      uint16_t s16, z16;
+      params(lo, hi, levels, &s16, &z16, &s, &z);
+      ks[h * d + c] = s16;
+      kz[h * d + c] = z16;
+      for (int t = 0; t < n_tokens; ++t)
+        put_code(kc + (size_t(h) * W + t) * row_bytes, c, L.bits, code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, levels));
+    }
+    // Values: one (scale, zero) per token and group of g channels.
+    for (int t = 0; t < n_tokens; ++t) {
+      const float* row = v + (size_t(t) * H + h) * d;
+      for (int g0 = 0; g0 < d; g0 += g) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int c = g0; c < g0 + g; ++c) lo = std::min(lo, row[c]), hi = std::max(hi, row[c]);
+        float s, z;
+        uint16_t s16, z16;
+        params(lo, hi, levels, &s16, &z16, &s, &z);
+        const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
+        vs[p] = s16;
+        vz[p] = z16;
+        for (int c = g0; c < g0 + g; ++c) put_code(vc + (size_t(h) * W + t) * row_bytes, c, L.bits, code_of(row[c], s, z, levels));
+      }
+    }
+  }
+}
+
+void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens, float* k_pre, float* v) {
+  const int d = L.head_dim, W = L.window, g = L.g();
+  const size_t row_bytes = size_t(d) * L.bits / 8;
+  const auto* ks = reinterpret_cast<const uint16_t*>(win + L.k_scale_off()) + size_t(h) * d;
+  const auto* kz = reinterpret_cast<const uint16_t*>(win + L.k_zero_off()) + size_t(h) * d;
+  const auto* vs = reinterpret_cast<const uint16_t*>(win + L.v_scale_off());
+  const auto* vz = reinterpret_cast<const uint16_t*>(win + L.v_zero_off());
+  if (k_pre) {
+    float s[1024], z[1024];  // head_dim <= 1024 (checked by the cache)
+    for (int c = 0; c < d; ++c) s[c] = f16_to_f32(ks[c]), z[c] = f16_to_f32(kz[c]);
+    for (int t = 0; t < n_tokens; ++t) {
+      const uint8_t* row = win + L.k_codes_off() + (size_t(h) * W + t) * row_bytes;
+      for (int c = 0; c < d; ++c) k_pre[size_t(t) * d + c] = float(get_code(row, c, L.bits)) * s[c] + z[c];
+    }
+  }
+  if (v) {
+    for (int t = 0; t < n_tokens; ++t) {
+      const uint8_t* row = win + L.v_codes_off() + (size_t(h) * W + t) * row_bytes;
+      for (int g0 = 0; g0 < d; g0 += g) {
+        const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
+        const float s = f16_to_f32(vs[p]), z = f16_to_f32(vz[p]);
+        for (int c = g0; c < g0 + g; ++c) v[size_t(t) * d + c] = float(get_code(row, c, L.bits)) * s + z;
+      }
+    }
+  }
+}
+
+}  // namespace qevict

@@ -1,0 +1,54 @@
+// KIVI-style asymmetric low-bit quantization of one KV window (SPEC §5; KIVI, Liu et al.
+// 2024): keys per channel over the window's tokens (pre-RoPE), values per token in groups
+// of g channels. Scales and zero-points are stored as f16; codes are packed 4 per byte
+// (INT2) or 2 per byte (INT4), low bits first. Scalar code: quantization runs once per
+// window (the ledger keeps the codes), and decoding is a few ops per element.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace qevict {
+
+// Layout of one quantized window for all KV heads of one layer.
+struct QuantLayout {
+  int bits = 2;        // 2 or 4
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int window = 8;      // tokens per window (ω)
+  int group = 0;       // value group size g (divides head_dim); 0 means head_dim
+
+  Status validate() const;
+  int g() const { return group > 0 ? group : head_dim; }
+  int codes_per_byte() const { return 8 / bits; }
+  // Bytes of the key codes / value codes: [n_kv_heads][window][head_dim] packed.
+  size_t code_bytes() const { return size_t(n_kv_heads) * window * head_dim * bits / 8; }
+  // f16 counts of key scales and zeros: [n_kv_heads][head_dim] each.
+  size_t k_params() const { return size_t(n_kv_heads) * head_dim; }
+  // f16 counts of value scales and zeros: [n_kv_heads][window][head_dim / g] each.
+  size_t v_params() const { return size_t(n_kv_heads) * window * (head_dim / g()); }
+  // Exact bytes of one window in the low-bit tier, metadata included (M_q of SPEC §3).
+  size_t window_bytes() const { return 2 * code_bytes() + 2 * 2 * k_params() + 2 * 2 * v_params(); }
+  // Offsets inside a window's byte block.
+  size_t k_codes_off() const { return 0; }
+  size_t v_codes_off() const { return code_bytes(); }
+  size_t k_scale_off() const { return 2 * code_bytes(); }
+  size_t k_zero_off() const { return k_scale_off() + 2 * k_params(); }
+  size_t v_scale_off() const { return k_zero_off() + 2 * k_params(); }
+  size_t v_zero_off() const { return v_scale_off() + 2 * v_params(); }
+};
+
+// Quantizes a window. k_pre: f32 [window][n_kv_heads][head_dim] pre-RoPE keys;
+// v: f32 [window][n_kv_heads][head_dim]; n_tokens <= window (missing tokens code as zero and
+// are excluded from min/max). out: window_bytes() bytes.
+void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, int n_tokens,
+                     uint8_t* out);
+
+// Decodes kv head h's keys (pre-RoPE) and values of tokens [0, n_tokens) into f32
+// [n_tokens][head_dim] each (either pointer may be null to skip it).
+void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens,
+                            float* k_pre, float* v);
+
+}  // namespace qevict

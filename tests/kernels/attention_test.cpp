@@ -1,0 +1,146 @@
+// Fused mixed-tier attention against the materializing reference: outputs and per-block
+// masses, with 16-bit and low-bit blocks, odd sizes, blocks straddling the query position
+// and fully masked blocks; masses sum to 1 per head.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace qevict {
+namespace {
+
+struct Shape {
+  int group, dim, bits;
+  HalfType dt;
+};
+
+class FusedAttention : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(FusedAttention, MatchesMaterializedReference) {
+  const Shape sh = GetParam();
+  const int g = sh.group, d = sh.dim, W = 8, H = 2;
+  RopeParams rp;
+  rp.n_rot = d;
+  rp.freq_base = 10000.0f;
+  RopeTable rope(rp);
+  rope.ensure(400);
+  QuantLayout ql{sh.bits, H, d, W, 0};
+  ASSERT_TRUE(ql.validate().is_ok());
+  std::mt19937 rng(99);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  // Block plan: (kind, pos0, n). kind 0: half, 1: quantized window.
+  struct Plan { int kind; int64_t pos0; int n; };
+  const std::vector<Plan> plan = {{0, 0, 5}, {1, 5, 8}, {0, 13, 8}, {1, 21, 8}, {1, 29, 3},
+                                  {0, 32, 1}, {0, 33, 37}, {1, 70, 8}, {0, 78, 13}, {0, 91, 9}};
+  std::vector<std::vector<uint16_t>> halfs_k, halfs_v;
+  std::vector<std::vector<uint8_t>> wins;
+  std::vector<KvBlockRef> blocks;
+  const int kv_head = 1;
+  const int64_t ld = int64_t(H) * d + 3;  // rows of all heads, padded
+  for (const auto& pl : plan) {
+    KvBlockRef b;
+    b.pos0 = pl.pos0;
+    b.n = pl.n;
+    if (pl.kind == 0) {
+      halfs_k.emplace_back(size_t(pl.n) * ld);
+      halfs_v.emplace_back(size_t(pl.n) * ld);
+      for (auto& x : halfs_k.back()) x = ref::float_to_half(sh.dt, 2.0f * dist(rng));
+      for (auto& x : halfs_v.back()) x = ref::float_to_half(sh.dt, dist(rng));
+      b.k = halfs_k.back().data() + kv_head * d;
+      b.v = halfs_v.back().data() + kv_head * d;
+      b.ld = ld;
+    } else {
+      std::vector<float> k(size_t(W) * H * d), v(k.size());
+      for (auto& x : k) x = 2.0f * dist(rng);
+      for (auto& x : v) x = dist(rng);
+      wins.emplace_back(ql.window_bytes());
+      quantize_window(ql, k.data(), v.data(), pl.n, wins.back().data());
+      b.qwin = wins.back().data();
+    }
+    blocks.push_back(b);
+  }
+  // vector pointer stability: halfs_k may reallocate; rebuild pointers
+  {
+    size_t hi = 0, wi = 0;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (plan[i].kind == 0) {
+        blocks[i].k = halfs_k[hi].data() + kv_head * d;
+        blocks[i].v = halfs_v[hi].data() + kv_head * d;
+        ++hi;
+      } else {
+        blocks[i].qwin = wins[wi++].data();
+      }
+    }
+  }
+  FusedAttnParams p;
+  p.dtype = sh.dt;
+  p.group = g;
+  p.head_dim = d;
+  p.scale = 1.0f / std::sqrt(float(d));
+  p.kv_head = kv_head;
+  p.qlayout = &ql;
+  p.rope = &rope;
+  std::vector<float> q(size_t(g) * d);
+  for (auto& x : q) x = dist(rng);
+  const int nb = int(blocks.size());
+  for (int64_t qpos : {int64_t(99), int64_t(50), int64_t(24), int64_t(3)}) {
+    std::vector<float> want(size_t(g) * d), want_mass(size_t(nb) * g);
+    ref::attention_materialized(p, q.data(), qpos, blocks.data(), nb, want.data(), want_mass.data());
+    // Fused, split into 3 parts at awkward places, then merged.
+    const int cuts[4] = {0, 3, 4, nb};
+    const int st = attn_state_stride(d);
+    std::vector<float> parts(size_t(3) * g * st), ml(size_t(nb) * g * 2);
+    for (int i = 0; i < 3; ++i) {
+      attn_state_init(parts.data() + i * g * st, g, d);
+      fused_attention_partial(p, q.data(), qpos, blocks.data() + cuts[i], cuts[i + 1] - cuts[i],
+                              parts.data() + i * g * st, ml.data() + size_t(cuts[i]) * g * 2);
+    }
+    std::vector<float> got(size_t(g) * d), gml(size_t(g) * 2);
+    attn_merge(parts.data(), 3, int64_t(g) * st, g, d, got.data(), gml.data());
+    for (int i = 0; i < g * d; ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << "qpos " << qpos << " index " << i;
+    for (int h = 0; h < g; ++h) {
+      double total = 0;
+      for (int b = 0; b < nb; ++b) {
+        const float m = attn_block_mass(ml.data() + (size_t(b) * g + h) * 2, gml.data() + 2 * h);
+        total += m;
+        ASSERT_NEAR(m, want_mass[b * g + h], 1e-6) << "qpos " << qpos << " block " << b << " head " << h;
+        if (blocks[b].pos0 > qpos) EXPECT_EQ(m, 0.0f);
+      }
+      EXPECT_NEAR(total, 1.0, 1e-5) << "masses of head " << h << " at qpos " << qpos;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
+                         ::testing::Values(Shape{3, 64, 2, HalfType::kF16}, Shape{1, 64, 4, HalfType::kF16},
+                                           Shape{4, 32, 2, HalfType::kBF16}, Shape{7, 16, 2, HalfType::kF16},
+                                           Shape{2, 128, 4, HalfType::kBF16}));
+
+TEST(RopeTable, MatchesDirectComputationAndInverts) {
+  RopeParams rp;
+  rp.n_rot = 64;
+  rp.freq_base = 100000.0f;
+  RopeTable t(rp);
+  t.ensure(5000);
+  std::vector<float> c(32), s(32);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t pos : {0, 1, 17, 4095, 4999}) {
+    rope_cos_sin(rp, pos, c.data(), s.data());
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(c[i], t.cos_at(pos)[i]);
+    std::vector<float> x(64), y;
+    for (auto& e : x) e = dist(rng);
+    y = x;
+    rope_apply(rp, t.cos_at(pos), t.sin_at(pos), y.data(), 1, 64, 64);
+    rope_apply(rp, t.cos_at(pos), t.sin_at(pos), y.data(), 1, 64, 64, /*inverse=*/true);
+    for (int i = 0; i < 64; ++i) ASSERT_NEAR(y[i], x[i], 1e-6 * (std::fabs(x[i]) + 1.0)) << "pos " << pos;
+  }
+}
+
+}  // namespace
+}  // namespace qevict

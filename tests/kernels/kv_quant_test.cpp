@@ -1,0 +1,112 @@
+// KIVI-style window quantization: reconstruction error within half a stored step, exact
+// constant channels, sizes that match the documented layout, partial windows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/f16.h"
+#include "kernels/kv_quant.h"
+
+namespace qevict {
+namespace {
+
+struct QCase {
+  int bits, heads, dim, window, group;
+};
+
+class KvQuant : public ::testing::TestWithParam<QCase> {};
+
+TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
+  const QCase c = GetParam();
+  QuantLayout L{c.bits, c.heads, c.dim, c.window, c.group};
+  ASSERT_TRUE(L.validate().is_ok());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  for (int n_tokens : {c.window, c.window - 1 > 0 ? c.window - 1 : 1, 1}) {
+    std::vector<float> k(size_t(c.window) * c.heads * c.dim), v(k.size());
+    for (auto& x : k) x = dist(rng);
+    for (auto& x : v) x = dist(rng);
+    std::vector<uint8_t> win(L.window_bytes() + 1, 0xAB);
+    quantize_window(L, k.data(), v.data(), n_tokens, win.data());
+    EXPECT_EQ(win.back(), 0xAB) << "wrote past window_bytes()";
+    const int levels = (1 << c.bits) - 1;
+    for (int h = 0; h < c.heads; ++h) {
+      std::vector<float> kd(size_t(n_tokens) * c.dim), vd(kd.size());
+      dequantize_window_head(L, win.data(), h, n_tokens, kd.data(), vd.data());
+      for (int ch = 0; ch < c.dim; ++ch) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int t = 0; t < n_tokens; ++t) {
+          lo = std::min(lo, k[(size_t(t) * c.heads + h) * c.dim + ch]);
+          hi = std::max(hi, k[(size_t(t) * c.heads + h) * c.dim + ch]);
+        }
+        // half a step of the (f16) scale, plus the f16 rounding of the zero-point and scale.
+        const double tol = (hi - lo) / levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
+        for (int t = 0; t < n_tokens; ++t) {
+          const float want = k[(size_t(t) * c.heads + h) * c.dim + ch], got = kd[size_t(t) * c.dim + ch];
+          ASSERT_NEAR(got, want, tol) << "key h" << h << " c" << ch << " t" << t;
+        }
+      }
+      const int g = L.g();
+      for (int t = 0; t < n_tokens; ++t)
+        for (int g0 = 0; g0 < c.dim; g0 += g) {
+          float lo = INFINITY, hi = -INFINITY;
+          for (int ch = g0; ch < g0 + g; ++ch)
+            lo = std::min(lo, v[(size_t(t) * c.heads + h) * c.dim + ch]), hi = std::max(hi, v[(size_t(t) * c.heads + h) * c.dim + ch]);
+          const double tol = (hi - lo) / levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
+          for (int ch = g0; ch < g0 + g; ++ch)
+            ASSERT_NEAR(vd[size_t(t) * c.dim + ch], v[(size_t(t) * c.heads + h) * c.dim + ch], tol) << "value t" << t << " c" << ch;
+        }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, KvQuant,
+                         ::testing::Values(QCase{2, 3, 64, 8, 0}, QCase{4, 3, 64, 8, 0}, QCase{2, 1, 128, 8, 32},
+                                           QCase{2, 2, 8, 32, 4}, QCase{4, 5, 12, 4, 6}, QCase{2, 1, 4, 1, 0}));
+
+TEST(KvQuantLayout, BytesMatchTheDocumentedFormula) {
+  QuantLayout L{2, 3, 64, 8, 0};
+  // codes: 2 * 3*8*64*2/8 = 768; key params: 2*2*3*64 = 768; value params: 2*2*3*8*1 = 96
+  EXPECT_EQ(L.window_bytes(), 768u + 768u + 96u);
+  QuantLayout L4{4, 3, 64, 8, 0};
+  EXPECT_EQ(L4.window_bytes(), 1536u + 768u + 96u);
+  EXPECT_FALSE((QuantLayout{3, 3, 64, 8, 0}).validate().is_ok());
+  EXPECT_FALSE((QuantLayout{2, 3, 64, 8, 7}).validate().is_ok());
+}
+
+TEST(KvQuant, ConstantChannelsReconstructExactly) {
+  QuantLayout L{2, 1, 8, 8, 0};
+  std::vector<float> k(64), v(64);
+  for (int t = 0; t < 8; ++t)
+    for (int c = 0; c < 8; ++c) {
+      k[t * 8 + c] = f16_to_f32(f32_to_f16(0.37f * (c + 1)));  // constant over tokens, f16-exact
+      v[t * 8 + c] = f16_to_f32(f32_to_f16(-1.25f * t));       // constant over the group
+    }
+  std::vector<uint8_t> win(L.window_bytes());
+  quantize_window(L, k.data(), v.data(), 8, win.data());
+  std::vector<float> kd(64), vd(64);
+  dequantize_window_head(L, win.data(), 0, 8, kd.data(), vd.data());
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(kd[i], k[i]) << i;
+    EXPECT_EQ(vd[i], v[i]) << i;
+    EXPECT_TRUE(std::isfinite(kd[i]) && std::isfinite(vd[i]));
+  }
+}
+
+TEST(KvQuant, QuantizationIsDeterministic) {
+  QuantLayout L{2, 2, 16, 8, 0};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-5, 5);
+  std::vector<float> k(256), v(256);
+  for (auto& x : k) x = u(rng);
+  for (auto& x : v) x = u(rng);
+  std::vector<uint8_t> a(L.window_bytes()), b(L.window_bytes());
+  quantize_window(L, k.data(), v.data(), 8, a.data());
+  quantize_window(L, k.data(), v.data(), 8, b.data());
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace qevict
