@@ -207,7 +207,13 @@ Status GgufFile::parse() {
       return err(fmt::format("tensor '{}': row length {} is not a multiple of the {} block size {}",
                              info.name, info.dims[0], ti_info->name, ti_info->block_elems));
     info.n_elements = n;
-    info.n_bytes = static_cast<uint64_t>(n / ti_info->block_elems) * ti_info->block_bytes;
+    // Bound the block count by the file size first: n * block_bytes can wrap uint64 (2^62 f32
+    // elements would give 0 bytes and pass the bounds check below).
+    const uint64_t n_blocks = static_cast<uint64_t>(n / ti_info->block_elems);
+    if (n_blocks > size_ / static_cast<uint64_t>(ti_info->block_bytes))
+      return err(fmt::format("tensor '{}' ({} elements of {}) is larger than the file", info.name, n,
+                             ti_info->name));
+    info.n_bytes = n_blocks * static_cast<uint64_t>(ti_info->block_bytes);
     if (tensor_index_.count(info.name)) return err(fmt::format("duplicate tensor '{}'", info.name));
     tensor_index_[info.name] = ti;
   }
