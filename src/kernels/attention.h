@@ -44,11 +44,15 @@ struct FusedAttnParams {
 inline int attn_state_stride(int head_dim) { return head_dim + 2; }
 void attn_state_init(float* state, int group, int head_dim);
 
-// Accumulates blocks[0..n_blocks) into state for query q f32 [group][head_dim] (stride
-// head_dim) at position qpos: tokens after qpos are masked (causal). block_ml receives each
-// block's (m_b, l_b) per head: f32 [n_blocks][group][2] (m_b = -inf for a fully masked block).
-void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t qpos,
-                             const KvBlockRef* blocks, int n_blocks, float* state, float* block_ml);
+// Accumulates blocks[0..n_blocks) into the states of nq query tokens at positions
+// qpos0 + i (i < nq): query i is q + i*ldq, f32 [group][head_dim] (stride head_dim); its
+// state is state + i*group*(head_dim+2). Tokens after a query's position are masked
+// (causal). Each low-bit block is decoded once for all nq queries. block_ml receives each
+// block's (m_b, l_b) per head: f32 at block_ml + i*ml_stride + (b*group + h)*2
+// (m_b = -inf, l_b = 0 for a block fully masked for that query).
+void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t ldq, int nq,
+                             int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
+                             float* block_ml, int64_t ml_stride);
 
 // Merges `n_parts` partial states (each [group][head_dim+2], part_stride floats apart) into
 // out f32 [group][head_dim] (stride head_dim) = O / L with M = max m_p, L = Σ l_p e^(m_p−M),

@@ -97,8 +97,8 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
     std::vector<float> parts(size_t(3) * g * st), ml(size_t(nb) * g * 2);
     for (int i = 0; i < 3; ++i) {
       attn_state_init(parts.data() + i * g * st, g, d);
-      fused_attention_partial(p, q.data(), qpos, blocks.data() + cuts[i], cuts[i + 1] - cuts[i],
-                              parts.data() + i * g * st, ml.data() + size_t(cuts[i]) * g * 2);
+      fused_attention_partial(p, q.data(), 0, 1, qpos, blocks.data() + cuts[i], cuts[i + 1] - cuts[i],
+                              parts.data() + i * g * st, ml.data() + size_t(cuts[i]) * g * 2, 0);
     }
     std::vector<float> got(size_t(g) * d), gml(size_t(g) * 2);
     attn_merge(parts.data(), 3, int64_t(g) * st, g, d, got.data(), gml.data());
@@ -113,6 +113,48 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
       }
       EXPECT_NEAR(total, 1.0, 1e-5) << "masses of head " << h << " at qpos " << qpos;
     }
+  }
+}
+
+// Several queries in one call (prefill): each equals its own single-query run.
+TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
+  const int g = 3, d = 16, H = 1;
+  RopeParams rp;
+  rp.n_rot = d;
+  RopeTable rope(rp);
+  rope.ensure(64);
+  QuantLayout ql{2, H, d, 8, 0};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> hk(size_t(20) * d), hv(hk.size());
+  for (auto& x : hk) x = ref::float_to_half(HalfType::kF16, dist(rng));
+  for (auto& x : hv) x = ref::float_to_half(HalfType::kF16, dist(rng));
+  std::vector<float> k(size_t(8) * d), v(k.size());
+  for (auto& x : k) x = dist(rng);
+  for (auto& x : v) x = dist(rng);
+  std::vector<uint8_t> win(ql.window_bytes());
+  quantize_window(ql, k.data(), v.data(), 8, win.data());
+  std::vector<KvBlockRef> blocks(3);
+  blocks[0].pos0 = 0, blocks[0].n = 12, blocks[0].k = hk.data(), blocks[0].v = hv.data(), blocks[0].ld = d;
+  blocks[1].pos0 = 12, blocks[1].n = 8, blocks[1].qwin = win.data();
+  blocks[2].pos0 = 20, blocks[2].n = 8, blocks[2].k = hk.data() + 12 * d, blocks[2].v = hv.data() + 12 * d, blocks[2].ld = d;
+  FusedAttnParams p;
+  p.group = g, p.head_dim = d, p.scale = 0.25f, p.qlayout = &ql, p.rope = &rope;
+  const int nq = 9;
+  const int64_t qpos0 = 11;  // queries at 11..19: the later blocks are partly or fully masked
+  const int st = attn_state_stride(d);
+  std::vector<float> q(size_t(nq) * g * d + 5);
+  for (auto& x : q) x = dist(rng);
+  const int64_t ldq = int64_t(g) * d + 5 / nq;
+  std::vector<float> multi(size_t(nq) * g * st), ml(size_t(nq) * 3 * g * 2);
+  for (int i = 0; i < nq; ++i) attn_state_init(multi.data() + size_t(i) * g * st, g, d);
+  fused_attention_partial(p, q.data(), ldq, nq, qpos0, blocks.data(), 3, multi.data(), ml.data(), 3 * g * 2);
+  for (int i = 0; i < nq; ++i) {
+    std::vector<float> one(size_t(g) * st), ml1(size_t(3) * g * 2);
+    attn_state_init(one.data(), g, d);
+    fused_attention_partial(p, q.data() + i * ldq, 0, 1, qpos0 + i, blocks.data(), 3, one.data(), ml1.data(), 0);
+    for (int j = 0; j < g * st; ++j) ASSERT_EQ(multi[size_t(i) * g * st + j], one[j]) << "query " << i << " index " << j;
+    for (int j = 0; j < 3 * g * 2; ++j) ASSERT_EQ(ml[size_t(i) * 3 * g * 2 + j], ml1[j]) << "query " << i;
   }
 }
 

@@ -1,0 +1,44 @@
+// Matrix multiplication with a quantized GGUF weight: the public entry of the kernels
+// layer. Dispatches once per call to the best SIMD target (kernels/simd/matmul.cpp);
+// ref::matmul (kernels/ref/matmul_ref.h) is the scalar reference it is tested against.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "gguf/ggml_types.h"
+
+namespace qevict {
+
+// A 2-D GGUF weight, not owned: n_rows rows of n_cols elements, each row stored as
+// consecutive blocks of `type` and starting row_bytes after the previous one.
+struct WeightView {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;  // [n_rows][row_bytes]
+  int64_t n_cols = 0;             // elements per row (the reduction length K)
+  int64_t n_rows = 0;             // output features
+  size_t row_bytes = 0;           // >= n_cols / block_elems * block_bytes
+};
+
+// Ok when matmul can use w: the type can be dequantized (ref::can_dequantize), n_cols is
+// a multiple of its block size, row_bytes covers a row, and data is set (unless empty).
+Status check_weight_view(const WeightView& w);
+
+// Y[t*ldy + r] = sum_k W[r,k] * X[t*ldx + k]   for t in [0, n_tokens), r in [row_begin, row_end)
+// X: f32 [n_tokens][ldx] (ldx >= n_cols), Y: f32 [n_tokens][ldy] (ldy >= row_end); no
+// alignment needed, only the listed Y elements are written. Single-threaded and
+// reentrant: callers split the row range across threads. Weights are decoded exactly
+// (bit-identical to ref::dequantize_row); the products are summed in f32 in L lanes (16
+// with AVX-512), so |error| <= (K/L + log2 L + K%L + 1) * 2^-24 * sum_k |W[r,k] X[t,k]|.
+// Precondition: check_weight_view(w) is ok and 0 <= row_begin <= row_end <= n_rows;
+// otherwise the listed Y elements are set to NaN.
+void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
+            int64_t ldy, int64_t row_begin, int64_t row_end);
+
+// Types with a dedicated SIMD kernel (F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K). Other
+// dequantizable types (Q5_0, Q5_1) are decoded row by row with the scalar dequantizer and
+// then use the F32 kernel.
+bool matmul_supported(GgmlType t);
+
+}  // namespace qevict
