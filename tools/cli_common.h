@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/status.h"
+#include "kvcache/params.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +33,19 @@ Expected<Loaded> load_model(const ModelOptions& o);
 
 // The text of -p, or the contents of -f (exactly one must be given).
 Expected<std::string> read_prompt(const std::string& text, const std::string& file);
+
+// KV-cache flags (--kv-policy, --kv-budget, ...) shared by generate, perplexity and bench.
+struct KvOptions {
+  KvCacheParams params;
+  std::string dtype = "f16";
+  bool stats = false;
+};
+void add_kv_options(CLI::App& app, KvOptions& o);
+// Finishes the params (dtype string) and validates them.
+Expected<KvCacheParams> kv_params(const KvOptions& o);
+// --kv-stats: per layer and total — windows per tier, moves, bytes by tier, ledger bytes
+// held by promoted windows, routing / quantization time — on stderr.
+void print_kv_stats(const SequenceKvCache& cache, double decode_seconds);
 
 // Prints "error: <msg>" on stderr and returns the exit code 1.
 int fail(const std::string& msg);

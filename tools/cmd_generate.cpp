@@ -9,7 +9,6 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/generator.h"
-#include "kvcache/full_cache.h"
 
 namespace qevict::cli {
 
@@ -25,7 +24,7 @@ struct GenerateArgs {
   SamplingParams sampling;
   int64_t seed = -1;
   int prefill_chunk = 512;
-  std::string kv_dtype = "f16";
+  KvOptions kv;
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -60,8 +59,12 @@ int run_generate(const GenerateArgs& a) {
   if (int64_t(req.prompt.size()) + a.n_predict > a.n_ctx)
     return fail(fmt::format("prompt ({} tokens) + -n {} exceeds the context -c {}", req.prompt.size(), a.n_predict, a.n_ctx));
 
-  HalfType dt = a.kv_dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
-  FullKvCache cache(model.kv_shape(), a.n_ctx, dt);
+  auto kvp = kv_params(a.kv);
+  if (!kvp) return fail(kvp.error());
+  // The cache holds prompt + generated tokens; a budget fraction is of that full cache (SPEC §3).
+  auto cache_or = make_kv_cache(model.kv_shape(), int64_t(req.prompt.size()) + a.n_predict, *kvp);
+  if (!cache_or) return fail(cache_or.error());
+  SequenceKvCache& cache = **cache_or;
   req.cache = &cache;
   req.n_predict = a.n_predict;
   req.sampling = a.sampling;
@@ -100,6 +103,7 @@ int run_generate(const GenerateArgs& a) {
                (long long)st.n_decode_calls, st.decode_seconds, st.n_decode_calls / std::max(st.decode_seconds, 1e-9),
                threads, cache.describe().c_str(), cache.bytes_held() / 1048576.0,
                (unsigned long long)reqs[0].sampling.seed);
+  if (a.kv.stats) print_kv_stats(cache, st.decode_seconds);
   return 0;
 }
 
@@ -121,7 +125,7 @@ Runner add_generate(CLI::App& app) {
   app.add_option("--min-p", a->sampling.min_p, "min-p (0 = off)")->capture_default_str();
   app.add_option("-s,--seed", a->seed, "RNG seed (-1 = random)")->capture_default_str();
   app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--kv-dtype", a->kv_dtype, "KV storage type")->capture_default_str()->check(CLI::IsMember({"f16", "bf16"}));
+  add_kv_options(app, a->kv);
   return [a] { return run_generate(*a); };
 }
 

@@ -8,7 +8,8 @@
 #include "commands.h"
 #include "core/npy.h"
 #include "engine/perplexity.h"
-#include "kvcache/full_cache.h"
+#include <algorithm>
+#include <cmath>
 
 namespace qevict::cli {
 
@@ -22,7 +23,9 @@ struct PerplexityArgs {
   int64_t prefill = -1;
   int64_t max_tokens = -1;
   std::string logits_out;
+  std::string kl_base;
   bool add_bos = false;
+  KvOptions kv;
 };
 
 int run_perplexity(const PerplexityArgs& a) {
@@ -35,6 +38,24 @@ int run_perplexity(const PerplexityArgs& a) {
   if (a.add_bos && loaded->tokenizer->bos() >= 0) tokens.insert(tokens.begin(), loaded->tokenizer->bos());
   if (a.max_tokens > 0 && int64_t(tokens.size()) > a.max_tokens) tokens.resize(size_t(a.max_tokens));
   if (tokens.size() < 2) return fail(fmt::format("{}: needs at least 2 tokens, has {}", a.file, tokens.size()));
+
+  auto kvp = kv_params(a.kv);
+  if (!kvp) return fail(kvp.error());
+  NpyArray base;
+  if (!a.kl_base.empty()) {
+    auto b = read_npy(a.kl_base);
+    if (!b) return fail(b.error());
+    base = std::move(*b);
+    if (base.cols != model.config().n_vocab)
+      return fail(fmt::format("{}: has {} columns, the model's vocabulary has {}", a.kl_base, base.cols, model.config().n_vocab));
+    if (base.rows < int64_t(tokens.size()))
+      return fail(fmt::format("{}: has {} rows for {} positions", a.kl_base, base.rows, tokens.size()));
+  }
+  double kl_sum = 0.0;
+  int64_t kl_n = 0, agree = 0;
+  std::vector<double> kls;
+  std::unique_ptr<SequenceKvCache> last_cache;
+  double decode_seconds_hint = 0.0;
 
   PerplexityOptions po;
   po.n_ctx = a.n_ctx;
@@ -52,8 +73,43 @@ int run_perplexity(const PerplexityArgs& a) {
   int last_pct = -1;
   Status s = evaluate_perplexity(
       model, pool, tokens, po,
-      [&](int64_t n) { return std::make_unique<FullKvCache>(model.kv_shape(), n); },
-      a.logits_out.empty() ? LogitsSink() : LogitsSink([&](int64_t, const float* z) { return npy.append_rows(z, 1); }),
+      [&](int64_t n) -> SequenceKvCache* {
+        auto c = make_kv_cache(model.kv_shape(), n, *kvp);
+        if (!c) return nullptr;
+        last_cache = std::move(*c);
+        return last_cache.get();
+      },
+      [&](int64_t pos, const float* z) -> Status {
+        if (!a.logits_out.empty()) QEVICT_RETURN_IF_ERROR(npy.append_rows(z, 1));
+        if (!base.data.empty()) {
+          // KL(base || ours) of the softmax distributions, in double.
+          const int32_t V = model.config().n_vocab;
+          const float* zb = base.data.data() + pos * V;
+          double mb = zb[0], mo = z[0];
+          int32_t ab = 0, ao = 0;
+          for (int32_t i = 1; i < V; ++i) {
+            if (zb[i] > zb[ab]) ab = i;
+            if (z[i] > z[ao]) ao = i;
+          }
+          mb = zb[ab];
+          mo = z[ao];
+          double sb = 0, so = 0;
+          for (int32_t i = 0; i < V; ++i) sb += std::exp(zb[i] - mb), so += std::exp(z[i] - mo);
+          const double lb = std::log(sb), lo = std::log(so);
+          double kl = 0;
+          for (int32_t i = 0; i < V; ++i) {
+            const double pb = zb[i] - mb - lb, po_ = z[i] - mo - lo;
+            kl += std::exp(pb) * (pb - po_);
+          }
+          if (pos >= a.prefill || a.prefill < 0) {  // score what routing can affect
+            kl_sum += kl;
+            kls.push_back(kl);
+            ++kl_n;
+            agree += ab == ao;
+          }
+        }
+        return Status::ok();
+      },
       [&](int64_t done, int64_t total) {
         const int pct = int(100 * done / total);
         if (pct != last_pct) {
@@ -69,6 +125,13 @@ int run_perplexity(const PerplexityArgs& a) {
     if (!c) return fail(c.message());
     std::fprintf(stderr, "wrote logits [%lld, %d] to %s\n", (long long)npy.rows(), model.config().n_vocab,
                  a.logits_out.c_str());
+  }
+  if (a.kv.stats && last_cache) print_kv_stats(*last_cache, decode_seconds_hint);
+  if (!base.data.empty() && kl_n > 0) {
+    std::sort(kls.begin(), kls.end());
+    std::printf("vs %s: mean KL %.6f (p99 %.6f), top-1 agreement %.4f over %lld positions%s\n", a.kl_base.c_str(),
+                kl_sum / double(kl_n), kls[size_t(0.99 * double(kls.size() - 1))], double(agree) / double(kl_n),
+                (long long)kl_n, a.prefill >= 0 ? " (teacher-forced part only)" : "");
   }
   std::printf("perplexity: %.4f (mean NLL %.5f nats over %lld positions) in %.2f s (%.1f tok/s)\n", r.perplexity,
               r.mean_nll, (long long)r.n_scored, r.seconds, tokens.size() / std::max(r.seconds, 1e-9));
@@ -90,6 +153,9 @@ Runner add_perplexity(CLI::App& app) {
   app.add_option("--max-tokens", a->max_tokens, "evaluate only the first N tokens of the file")->capture_default_str();
   app.add_flag("--add-bos", a->add_bos, "prepend the BOS token");
   app.add_option("--logits-out", a->logits_out, "write float32 logits [n_positions, n_vocab] to this .npy file");
+  app.add_option("--kl-base", a->kl_base, "compare with logits saved by another run (--logits-out): mean KL, top-1 agreement")
+      ->check(CLI::ExistingFile);
+  add_kv_options(app, a->kv);
   return [a] { return run_perplexity(*a); };
 }
 

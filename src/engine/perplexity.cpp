@@ -17,7 +17,7 @@ Status PerplexityOptions::validate() const {
 
 Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int32_t>& tokens,
                            const PerplexityOptions& opts,
-                           const std::function<std::unique_ptr<SequenceKvCache>(int64_t)>& make_cache,
+                           const std::function<SequenceKvCache*(int64_t)>& make_cache,
                            const LogitsSink& sink, const std::function<void(int64_t, int64_t)>& progress,
                            PerplexityResult* result) {
   QEVICT_RETURN_IF_ERROR(opts.validate());
@@ -31,13 +31,13 @@ Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int
   for (int64_t c0 = 0; c0 < n; c0 += opts.n_ctx) {
     const int64_t len = std::min(opts.n_ctx, n - c0);
     if (len < 2 && c0 > 0) break;  // a 1-token tail has nothing to predict within its chunk
-    auto cache = make_cache(len);
+    SequenceKvCache* cache = make_cache(len);
     if (!cache) return Status::error("could not create a KV cache");
     const int64_t pre = opts.prefill < 0 ? len : std::min(opts.prefill, len);
     for (int64_t i = 0; i < len;) {
       const int64_t step = i < pre ? std::min<int64_t>(opts.batch, pre - i) : 1;
       logits.resize(size_t(step * V));
-      std::vector<BatchSegment> segs{{cache.get(), tokens.data() + c0 + i, step, true, logits.data()}};
+      std::vector<BatchSegment> segs{{cache, tokens.data() + c0 + i, step, true, logits.data()}};
       QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
       for (int64_t j = 0; j < step; ++j) {
         const int64_t pos = c0 + i + j;

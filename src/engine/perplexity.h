@@ -34,10 +34,10 @@ struct PerplexityResult {
 // order; a non-ok Status aborts the evaluation.
 using LogitsSink = std::function<Status(int64_t pos, const float* logits)>;
 
-// make_cache(n_ctx) makes a fresh cache for each chunk.
+// make_cache(n_ctx) makes (and owns) a fresh cache for each chunk; nullptr aborts.
 Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int32_t>& tokens,
                            const PerplexityOptions& opts,
-                           const std::function<std::unique_ptr<SequenceKvCache>(int64_t)>& make_cache,
+                           const std::function<SequenceKvCache*(int64_t)>& make_cache,
                            const LogitsSink& sink, const std::function<void(int64_t, int64_t)>& progress,
                            PerplexityResult* result);
 

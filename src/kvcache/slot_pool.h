@@ -1,0 +1,42 @@
+// Fixed-size slots of bytes, allocated in chunks of kChunkSlots and recycled through a free
+// list: slot addresses never move, growth never copies, and in steady state nothing is
+// allocated. bytes_allocated() is what the process really holds for the pool.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace qevict {
+
+class SlotPool {
+ public:
+  static constexpr int kChunkSlots = 32;
+
+  explicit SlotPool(size_t slot_bytes = 0) : slot_bytes_(slot_bytes) {}
+  SlotPool(SlotPool&&) = default;
+  SlotPool& operator=(SlotPool&&) = default;
+
+  size_t slot_bytes() const { return slot_bytes_; }
+  // Returns a free slot id (growing by one chunk when none is free).
+  int32_t acquire();
+  void release(int32_t slot);
+  uint8_t* at(int32_t slot) { return chunks_[size_t(slot) / kChunkSlots].get() + size_t(slot % kChunkSlots) * slot_bytes_; }
+  const uint8_t* at(int32_t slot) const {
+    return chunks_[size_t(slot) / kChunkSlots].get() + size_t(slot % kChunkSlots) * slot_bytes_;
+  }
+  int32_t in_use() const { return in_use_; }
+  size_t bytes_in_use() const { return size_t(in_use_) * slot_bytes_; }
+  size_t bytes_allocated() const { return chunks_.size() * kChunkSlots * slot_bytes_; }
+  // Frees every slot (keeps the chunks).
+  void reset();
+
+ private:
+  size_t slot_bytes_;
+  std::vector<std::unique_ptr<uint8_t[]>> chunks_;
+  std::vector<int32_t> free_;
+  int32_t in_use_ = 0;
+};
+
+}  // namespace qevict
