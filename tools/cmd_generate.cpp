@@ -25,7 +25,21 @@ struct GenerateArgs {
   int64_t seed = -1;
   int prefill_chunk = 512;
   KvOptions kv;
+  int rss_every = 0;
+  bool quiet = false;
 };
+
+// Resident set size of this process in KiB (Linux /proc), or -1.
+long rss_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
 
 int run_generate(const GenerateArgs& a) {
   auto loaded = load_model(a.model);
@@ -80,12 +94,19 @@ int run_generate(const GenerateArgs& a) {
   go.prefill_chunk = a.prefill_chunk;
   GenerationStats st;
   Utf8Streamer out;
-  if (!a.chat) {  // echo the prompt like llama.cpp does
+  if (!a.chat && !a.quiet) {  // echo the prompt like llama.cpp does
     std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
     std::fflush(stdout);
   }
+  int64_t n_out = 0;
+  if (a.rss_every > 0)
+    std::fprintf(stderr, "rss: generated %lld tokens, RSS %ld KiB, KV cache %zu bytes\n", 0LL, rss_kib(), cache.bytes_held());
   Status s = generate(model, pool, reqs, go, [&](size_t, int32_t id) {
-    if (tok.is_eog(id)) return true;
+    ++n_out;
+    if (a.rss_every > 0 && n_out % a.rss_every == 0)
+      std::fprintf(stderr, "rss: generated %lld tokens, RSS %ld KiB, KV cache %zu bytes\n", (long long)n_out, rss_kib(),
+                   cache.bytes_held());
+    if (tok.is_eog(id) || a.quiet) return true;
     const std::string piece = out.push(tok.token_to_piece(id));
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -126,6 +147,8 @@ Runner add_generate(CLI::App& app) {
   app.add_option("-s,--seed", a->seed, "RNG seed (-1 = random)")->capture_default_str();
   app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")->capture_default_str()->check(CLI::PositiveNumber);
   add_kv_options(app, a->kv);
+  app.add_option("--rss-every", a->rss_every, "print the process RSS and KV bytes every N generated tokens (stderr)");
+  app.add_flag("--quiet", a->quiet, "do not print the prompt or the generated text (timings and stats only)");
   return [a] { return run_generate(*a); };
 }
 

@@ -109,7 +109,9 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
         const float m = attn_block_mass(ml.data() + (size_t(b) * g + h) * 2, gml.data() + 2 * h);
         total += m;
         ASSERT_NEAR(m, want_mass[b * g + h], 1e-6) << "qpos " << qpos << " block " << b << " head " << h;
-        if (blocks[b].pos0 > qpos) EXPECT_EQ(m, 0.0f);
+        if (blocks[b].pos0 > qpos) {
+          EXPECT_EQ(m, 0.0f);
+        }
       }
       EXPECT_NEAR(total, 1.0, 1e-5) << "masses of head " << h << " at qpos " << qpos;
     }

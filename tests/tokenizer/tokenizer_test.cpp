@@ -238,7 +238,8 @@ std::string hundred_kb_of_english(const std::string& paragraph) {
   return text;
 }
 
-TEST_F(RealModelTokenizer, HundredKilobytesIsFast) {
+// Round trip of 100 KB (timing is printed for information; timings are not tests).
+TEST_F(RealModelTokenizer, HundredKilobytesRoundTrips) {
   const std::vector<std::string> texts = corpus();
   const std::string& paragraph = texts.back();
   ASSERT_GT(paragraph.size(), 5000u);
@@ -251,8 +252,6 @@ TEST_F(RealModelTokenizer, HundredKilobytesIsFast) {
               ms);
   RecordProperty("encode_100kb_ms", std::to_string(ms));
   EXPECT_EQ(tok_->decode(ids), text);
-  // Generous bound (sanitizer builds are several times slower); a release build takes ~tens of ms.
-  EXPECT_LT(ms, 5000.0);
 }
 
 }  // namespace

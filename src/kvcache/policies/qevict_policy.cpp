@@ -14,6 +14,15 @@ void QEvictPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingB
     if (in[a].score != in[c].score) return in[a].score > in[c].score;
     return in[a].window < in[c].window;  // deterministic: older first
   });
+  // When every candidate fits in full precision within the whole history budget, nothing is
+  // quantized or evicted: a budget that covers the full cache behaves as FullKV. (Eq. 3's
+  // fixed K_f/K_q split would otherwise quantize windows that the budget could hold in F.)
+  size_t all_full = 0;
+  for (const auto& c : in) all_full += b.window_full + (b.strict_ledger && c.has_ledger ? b.window_quant : 0);
+  if (all_full <= b.full_bytes + b.quant_bytes) {
+    out->assign(in.size(), Tier::kFull);
+    return;
+  }
   size_t full_left = b.full_bytes, quant_left = b.quant_bytes;
   bool full_open = true;
   for (int32_t i : order_) {

@@ -1,7 +1,9 @@
 // QEvict routing (paper Eq. 4–6, Algorithm 1; SPEC §4): sort candidates by score (ties:
 // older window first), the top windows that fit the full tier's bytes go to F, the next
 // that fit the low-bit tier's bytes go to Q, the rest are evicted. With a zero low-bit
-// budget this is the two-tier (F + E) variant.
+// budget this is the two-tier (F + E) variant. One addition to the paper: when all
+// candidates fit in F within the whole history budget, all stay in F (so a budget that
+// covers the full cache is exactly FullKV's storage).
 #pragma once
 
 #include "kvcache/policies/routing_policy.h"

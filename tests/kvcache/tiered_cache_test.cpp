@@ -1,0 +1,281 @@
+// TieredKvCache invariants (issue: tiered KV cache): bytes within budget after every routing
+// event, a budget >= the full cache behaves as FullKV, ledger codes survive demote/promote
+// cycles bit for bit, promoted keys equal RoPE(dequantized pre-RoPE keys), score
+// conservation, and QEvictPolicy against a brute-force model of its rule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/f16.h"
+#include "kvcache/full_cache.h"
+#include "kvcache/params.h"
+#include "kvcache/policies/qevict_policy.h"
+#include "kvcache/tiered_cache.h"
+
+namespace qevict {
+namespace {
+
+KvShape test_shape() {
+  KvShape s;
+  s.n_layers = 2;
+  s.n_q_heads = 6;
+  s.n_kv_heads = 2;
+  s.head_dim = 16;
+  s.rope.n_rot = 16;
+  s.rope.freq_base = 10000.0f;
+  return s;
+}
+
+struct Driver {
+  KvShape shape = test_shape();
+  std::mt19937 rng{1234};
+  std::normal_distribution<float> dist{0.0f, 1.0f};
+  // One forward call of n tokens through every layer; returns the attention outputs.
+  std::vector<std::vector<float>> step(SequenceKvCache& c, int64_t n, ThreadPool& pool, uint32_t seed) {
+    std::mt19937 r(seed);
+    std::vector<std::vector<float>> outs;
+    EXPECT_TRUE(c.begin(n).is_ok());
+    for (int l = 0; l < shape.n_layers; ++l) {
+      std::vector<float> q(n * shape.q_width()), k(n * shape.kv_width()), v(k.size()), o(q.size());
+      for (auto& x : q) x = 2.0f * dist(r);
+      for (auto& x : k) x = 2.0f * dist(r);
+      for (auto& x : v) x = dist(r);
+      c.attend(l, q.data(), k.data(), v.data(), o.data(), pool);
+      outs.push_back(o);
+    }
+    c.commit();
+    return outs;
+  }
+};
+
+std::unique_ptr<SequenceKvCache> make(const KvShape& s, int64_t n_ctx, KvCacheParams p) {
+  auto c = make_kv_cache(s, n_ctx, p);
+  EXPECT_TRUE(c.has_value()) << c.error();
+  return c.has_value() ? std::move(*c) : nullptr;
+}
+
+TEST(TieredKvCache, BytesStayWithinBudgetAfterEveryRoutingEvent) {
+  Driver d;
+  ThreadPool pool(2);
+  for (double q : {0.7, 0.0, 1.0}) {
+    for (bool strict : {false, true}) {
+      KvCacheParams p;
+      p.policy = "qevict";
+      p.budget_fraction = 0.2;
+      p.q = q;
+      p.strict_ledger = strict;
+      const int64_t n_ctx = 1200;
+      auto c = make(d.shape, n_ctx, p);
+      auto* t = dynamic_cast<TieredKvCache*>(c.get());
+      ASSERT_NE(t, nullptr);
+      int64_t pos = 0;
+      uint32_t seed = 1;
+      for (int64_t chunk : {int64_t(300), int64_t(64), int64_t(200)}) {
+        d.step(*c, chunk, pool, seed++);
+        pos += chunk;
+        for (int l = 0; l < d.shape.n_layers; ++l)
+          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes()) << "after a prefill chunk at " << pos;
+      }
+      while (pos < n_ctx) {
+        d.step(*c, 1, pool, seed++);
+        ++pos;
+        for (int l = 0; l < d.shape.n_layers; ++l)
+          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes() + t->window_full_bytes())
+              << "decode at " << pos << " (one window may age between routing events)";
+      }
+      const TierStats s = t->stats();
+      EXPECT_GT(s.routing_events, 75);  // 3 chunks + 636 decode steps / Ω
+      EXPECT_GT(s.layers[0].evictions, 0);
+      if (q > 0.0 && q < 1.0) {
+        EXPECT_GT(s.layers[0].windows_quant, 0);
+      }
+      if (q == 0.0) {
+        EXPECT_EQ(s.layers[0].windows_quant, 0);
+      }
+    }
+  }
+}
+
+TEST(TieredKvCache, BudgetCoveringTheFullCacheMatchesFullKv) {
+  Driver d;
+  ThreadPool pool(2);
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 1.5;
+  auto tiered = make(d.shape, 700, p);
+  FullKvCache full(d.shape, 700);
+  uint32_t seed = 7;
+  double worst = 0;
+  for (int64_t n : {int64_t(100), int64_t(1), int64_t(37), int64_t(1), int64_t(1), int64_t(300), int64_t(1)}) {
+    auto a = d.step(*tiered, n, pool, seed);
+    auto b = d.step(full, n, pool, seed);
+    ++seed;
+    for (size_t l = 0; l < a.size(); ++l)
+      for (size_t i = 0; i < a[l].size(); ++i) worst = std::max(worst, double(std::fabs(a[l][i] - b[l][i])));
+  }
+  // Same f16 keys/values; only the order of floating-point sums differs (8-token blocks vs
+  // 256-token pages).
+  EXPECT_LT(worst, 2e-6);
+  auto s = dynamic_cast<TieredKvCache*>(tiered.get())->stats();
+  EXPECT_EQ(s.layers[0].evictions, 0);
+  EXPECT_EQ(s.layers[0].demotions, 0);
+}
+
+TEST(TieredKvCache, LedgerCodesSurviveTenDemotePromoteCycles) {
+  Driver d;
+  ThreadPool pool(1);
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 2.0;  // nothing is routed away; we drive tiers by hand
+  auto c = make(d.shape, 200, p);
+  auto* t = dynamic_cast<TieredKvCache*>(c.get());
+  d.step(*c, 120, pool, 3);
+  const int32_t w = 2;
+  ASSERT_EQ(t->window_tier(0, w), Tier::kFull);
+  t->force_tier(0, w, Tier::kQuant);
+  const std::vector<uint8_t> codes = t->window_ledger(0, w);
+  ASSERT_FALSE(codes.empty());
+  std::vector<uint16_t> first_promoted;
+  for (int cycle = 0; cycle < 10; ++cycle) {
+    t->force_tier(0, w, Tier::kFull);
+    const auto keys = t->window_full_keys(0, w);
+    if (cycle == 0) first_promoted = keys;
+    EXPECT_EQ(keys, first_promoted) << "cycle " << cycle;
+    EXPECT_EQ(t->window_ledger(0, w), codes) << "ledger changed while promoted, cycle " << cycle;
+    t->force_tier(0, w, Tier::kQuant);
+    EXPECT_EQ(t->window_ledger(0, w), codes) << "cycle " << cycle;
+  }
+  EXPECT_EQ(t->stats().layers[0].quantizations, 1);
+}
+
+TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
+  Driver d;
+  ThreadPool pool(1);
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 2.0;
+  auto c = make(d.shape, 200, p);
+  auto* t = dynamic_cast<TieredKvCache*>(c.get());
+  d.step(*c, 150, pool, 5);
+  const int32_t w = 4;
+  const auto before = t->window_full_keys(0, w);  // post-RoPE f16 keys as stored
+  t->force_tier(0, w, Tier::kQuant);
+  t->force_tier(0, w, Tier::kFull);
+  const auto after = t->window_full_keys(0, w);
+  const auto ledger = t->window_ledger(0, w);
+  const QuantLayout& ql = t->quant_layout();
+  const int H = d.shape.n_kv_heads, D = d.shape.head_dim, W = 8;
+  const int64_t pos0 = 5 + int64_t(w) * W;
+  std::vector<float> c_(D / 2), s_(D / 2);
+  double worst_q = 0;
+  for (int h = 0; h < H; ++h) {
+    std::vector<float> kpre(size_t(W) * D);
+    dequantize_window_head(ql, ledger.data(), h, W, kpre.data(), nullptr);
+    for (int tok = 0; tok < W; ++tok) {
+      // Independent re-rotation in double.
+      for (int i = 0; i < D / 2; ++i) {
+        const double th = double(pos0 + tok) * std::pow(10000.0, -2.0 * i / D);
+        const double x0 = kpre[tok * D + 2 * i], x1 = kpre[tok * D + 2 * i + 1];
+        const double y0 = x0 * std::cos(th) - x1 * std::sin(th), y1 = x0 * std::sin(th) + x1 * std::cos(th);
+        for (int j = 0; j < 2; ++j) {
+          const double want = j ? y1 : y0;
+          const float got = f16_to_f32(after[(size_t(h) * W + tok) * D + 2 * i + j]);
+          // within f16 rounding (half an ulp at the value, plus float noise of the rotation)
+          const double ulp = std::max(std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 6.1e-5)) - 10), 6e-8);
+          EXPECT_LE(std::fabs(got - want), 0.5 * ulp + 1e-5 * std::fabs(want) + 1e-6) << "h" << h << " t" << tok;
+          worst_q = std::max(worst_q, (double)std::fabs(got - f16_to_f32(before[(size_t(h) * W + tok) * D + 2 * i + j])));
+        }
+      }
+    }
+  }
+  EXPECT_GT(worst_q, 0.0) << "INT2 must change something";
+}
+
+TEST(TieredKvCache, ScoresConserveOneUnitOfMassPerQueryToken) {
+  Driver d;
+  ThreadPool pool(2);
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 2.0;
+  auto c = make(d.shape, 400, p);
+  auto* t = dynamic_cast<TieredKvCache*>(c.get());
+  int64_t tokens = 0;
+  uint32_t seed = 9;
+  for (int64_t n : {int64_t(50), int64_t(1), int64_t(1), int64_t(120), int64_t(1)}) {
+    d.step(*c, n, pool, seed++);
+    tokens += n;
+  }
+  // Σ_w S̄(w) + sink = Σ_τ Σ_h (1/H_q) Σ_i a = number of query tokens (nothing evicted).
+  double total = 0;
+  for (int32_t w = 0; w < t->n_windows(0); ++w) total += t->window_score(0, w);
+  EXPECT_LE(total, double(tokens) + 1e-3);
+  EXPECT_GT(total, 0.3 * double(tokens));  // the sink block holds the rest
+}
+
+TEST(TieredKvCache, InvalidParamsGiveClearErrors) {
+  const KvShape s = test_shape();
+  KvCacheParams p;
+  p.policy = "qevict";
+  auto c = make_kv_cache(s, 100, p);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().find("budget"), std::string::npos) << c.error();
+  p.budget_fraction = 0.01;  // below sink + local
+  c = make_kv_cache(s, 100, p);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().find("sink"), std::string::npos) << c.error();
+  p.budget_fraction = 0.5;
+  p.bits = 3;
+  c = make_kv_cache(s, 100, p);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().find("bits"), std::string::npos) << c.error();
+  p.bits = 2;
+  p.policy = "lru";
+  EXPECT_FALSE(make_kv_cache(s, 100, p).has_value());
+  p.policy = "qevict";
+  p.budget_bytes = 100000;
+  EXPECT_FALSE(make_kv_cache(s, 100, p).has_value()) << "fraction and bytes together";
+}
+
+// Brute force: rank by (score desc, window asc); fill F by count, then Q, rest E.
+TEST(QEvictPolicy, MatchesBruteForceRule) {
+  std::mt19937 rng(17);
+  QEvictPolicy pol;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = int(rng() % 40);
+    std::vector<RoutingCandidate> in(n);
+    for (int i = 0; i < n; ++i) {
+      in[i].window = i * 3 + int(rng() % 3);
+      in[i].score = double(rng() % 7);  // many ties
+      in[i].tier = Tier(rng() % 3);
+    }
+    std::shuffle(in.begin(), in.end(), rng);
+    RoutingBudget b;
+    b.window_full = 100;
+    b.window_quant = 30;
+    int kf = int(rng() % 10), kq = int(rng() % 15);
+    b.full_bytes = size_t(kf) * 100 + rng() % 100;
+    b.quant_bytes = size_t(kq) * 30 + rng() % 30;
+    std::vector<Tier> out;
+    pol.route(in, b, &out);
+    // Everything fits in F within the whole budget: all stay in F.
+    if (size_t(n) * 100 <= b.full_bytes + b.quant_bytes) kf = n, kq = 0;
+    std::vector<int> idx(n);
+    for (int i = 0; i < n; ++i) idx[i] = i;
+    for (int i = 0; i < n; ++i)  // selection sort: obviously right
+      for (int j = i + 1; j < n; ++j) {
+        const auto& a = in[idx[i]];
+        const auto& c = in[idx[j]];
+        if (c.score > a.score || (c.score == a.score && c.window < a.window)) std::swap(idx[i], idx[j]);
+      }
+    for (int r = 0; r < n; ++r) {
+      const Tier want = r < kf ? Tier::kFull : r < kf + kq ? Tier::kQuant : Tier::kEvicted;
+      ASSERT_EQ(int(out[idx[r]]), int(want)) << "trial " << trial << " rank " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qevict

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Fidelity of the tiered KV cache against FullKV at several budgets (issue: tiered cache).
+
+For a committed text: the first --prefill tokens are a prompt (chunked prefill), the next
+--forced tokens are teacher-forced one token per forward call, so routing runs while we
+score. FullKV's logits are saved once (--logits-out); every variant is compared with them
+(--kl-base) over the teacher-forced positions: mean KL(FullKV || variant) and top-1
+agreement. Variants: qevict (F + Q + E, q = 0.70) and the two-tier cache with the same
+windows (--kv-q 0, F + E), at every budget.
+
+    python=$(tools/venv.sh)
+    $python tools/bench/fidelity_vs_budget.py --qevict build/tools/qevict --model "$(tools/fetch_model.sh)" \
+        --out-dir results/fidelity
+
+Writes fidelity.json, fidelity.md and fidelity.png (KL and top-1 vs budget) to --out-dir.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(cmd):
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"command failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return p.stdout, p.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--qevict", default=os.path.join(ROOT, "build/tools/qevict"))
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"))
+    ap.add_argument("--prefill", type=int, default=1024)
+    ap.add_argument("--forced", type=int, default=1024)
+    ap.add_argument("--budgets", default="0.5,0.2,0.1,0.05")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--extra", default="", help="extra qevict flags for every variant run")
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "results/fidelity"))
+    a = ap.parse_args()
+    os.makedirs(a.out_dir, exist_ok=True)
+    n = a.prefill + a.forced
+    base_cmd = [a.qevict, "perplexity", "-m", a.model, "-f", a.text, "--max-tokens", str(n), "-c", str(n),
+                "--prefill", str(a.prefill), "-t", str(a.threads)]
+    full_npy = os.path.join(a.out_dir, "fullkv_logits.npy")
+    out, _ = run(base_cmd + ["--logits-out", full_npy])
+    full_ppl = float(re.search(r"perplexity: ([0-9.]+)", out).group(1))
+    rows = []
+    variants = [("qevict", ["--kv-policy", "qevict"]), ("two-tier (q=0)", ["--kv-policy", "qevict", "--kv-q", "0"])]
+    for b in [float(x) for x in a.budgets.split(",")]:
+        for name, flags in variants:
+            out, err = run(base_cmd + flags + ["--kv-budget", str(b), "--kl-base", full_npy, "--kv-stats"] +
+                           (a.extra.split() if a.extra else []))
+            m = re.search(r"mean KL ([0-9.e-]+) \(p99 ([0-9.e-]+)\), top-1 agreement ([0-9.]+) over (\d+)", out)
+            ppl = float(re.search(r"perplexity: ([0-9.]+)", out).group(1))
+            tot = [l for l in err.splitlines() if l.startswith("kv-stats: total")]
+            rows.append({"variant": name, "budget": b, "mean_kl": float(m.group(1)), "p99_kl": float(m.group(2)),
+                         "top1": float(m.group(3)), "positions": int(m.group(4)), "perplexity": ppl,
+                         "kv_stats_total": tot[0] if tot else ""})
+            print(f"{name:16s} budget {b:5.2f}: KL {rows[-1]['mean_kl']:.5f} top-1 {rows[-1]['top1']:.4f} "
+                  f"ppl {ppl:.3f}", file=sys.stderr, flush=True)
+    result = {"text": os.path.relpath(a.text, ROOT), "prefill": a.prefill, "forced": a.forced,
+              "fullkv_perplexity": full_ppl, "command": " ".join(sys.argv), "rows": rows}
+    with open(os.path.join(a.out_dir, "fidelity.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    lines = [f"FullKV perplexity over the same positions' chunk: {full_ppl:.3f}", "",
+             "| budget | variant | mean KL vs FullKV | p99 KL | top-1 agreement | perplexity |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['budget']} | {r['variant']} | {r['mean_kl']:.5f} | {r['p99_kl']:.4f} | {r['top1']:.4f} | "
+                     f"{r['perplexity']:.3f} |")
+    with open(os.path.join(a.out_dir, "fidelity.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+        for name, _ in variants:
+            rs = [r for r in rows if r["variant"] == name]
+            ax[0].plot([r["budget"] for r in rs], [r["mean_kl"] for r in rs], "o-", label=name)
+            ax[1].plot([r["budget"] for r in rs], [r["top1"] for r in rs], "o-", label=name)
+        for x, t in zip(ax, ["mean KL(FullKV || variant), nats", "top-1 agreement with FullKV"]):
+            x.set_xscale("log")
+            x.set_xlabel("KV budget (fraction of the full cache)")
+            x.set_title(t)
+            x.grid(True, alpha=0.3)
+            x.legend()
+        ax[0].set_yscale("log")
+        fig.suptitle(f"SmolLM2-135M, {a.prefill}-token prompt + {a.forced} teacher-forced tokens")
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out_dir, "fidelity.png"), dpi=110)
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
