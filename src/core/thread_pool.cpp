@@ -24,7 +24,7 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     // Spin for a while: the next parallel region usually comes within microseconds.
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < 200000) {
+    while (generation_.load(std::memory_order_acquire) == seen && spins < 20000) {
       ++spins;
 #if defined(__x86_64__)
       __builtin_ia32_pause();
@@ -54,10 +54,16 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
   }
   cv_.notify_all();
   fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
+  // Spin briefly, then yield: with more runnable threads than cores (tests run in parallel)
+  // a descheduled worker must not cost the caller a whole time slice of spinning.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4000) {
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else {
+      std::this_thread::yield();
+    }
   }
   job_ = nullptr;
 }
