@@ -12,6 +12,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/sampling.h"
+#include "kvcache/tiered_cache.h"
 
 namespace qevict::cli {
 
@@ -69,10 +70,14 @@ int run_bench(const BenchArgs& a) {
     for (int64_t i = 0; i < P; ++i) prompt[size_t(i)] = src[size_t(i) % src.size()];
     std::vector<double> pp, tg;
     size_t kv_bytes = 0;
+    double route_share = 0.0, last_decode_s = 0.0;
+    std::unique_ptr<SequenceKvCache> last;
     for (int r = 0; r < a.reps; ++r) {
       auto cache_or = make_kv_cache(model.kv_shape(), P + a.n_decode, *kvp);
       if (!cache_or) return fail(cache_or.error());
-      SequenceKvCache& cache = **cache_or;
+      last = std::move(*cache_or);
+      SequenceKvCache& cache = *last;
+      double route_before = 0.0;
       auto t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < P; i += a.batch) {
         const int64_t n = std::min<int64_t>(a.batch, P - i);
@@ -81,6 +86,7 @@ int run_bench(const BenchArgs& a) {
         if (!s) return fail(s.message());
       }
       auto t1 = std::chrono::steady_clock::now();
+      if (auto* t = dynamic_cast<TieredKvCache*>(&cache)) route_before = t->stats().route_seconds;
       for (int j = 0; j < a.n_decode; ++j) {
         int32_t tok = argmax(logits.data(), V);
         std::vector<BatchSegment> segs{{&cache, &tok, 1, false, logits.data()}};
@@ -91,14 +97,18 @@ int run_bench(const BenchArgs& a) {
       pp.push_back(double(P) / std::chrono::duration<double>(t1 - t0).count());
       tg.push_back(double(a.n_decode) / std::chrono::duration<double>(t2 - t1).count());
       kv_bytes = cache.bytes_held();
+      last_decode_s = std::chrono::duration<double>(t2 - t1).count();
+      if (auto* t = dynamic_cast<TieredKvCache*>(&cache))
+        route_share = (t->stats().route_seconds - route_before) / last_decode_s;
     }
     const double mpp = median(pp), mtg = median(tg);
     results.push_back({{"engine", "qevict"}, {"kv_policy", kvp->policy}, {"kv_budget", kvp->budget_fraction}, {"depth", P}, {"n_decode", a.n_decode}, {"threads", threads},
                        {"prefill_tok_s", mpp}, {"decode_tok_s", mtg}, {"prefill_runs", pp}, {"decode_runs", tg},
-                       {"kv_bytes", kv_bytes}});
+                       {"kv_bytes", kv_bytes}, {"routing_share_of_decode", route_share}});
     if (!a.json)
-      std::printf("depth %6lld | prefill %8.1f tok/s | decode %6.1f tok/s (median of %d) | kv %.1f MiB\n",
-                  (long long)P, mpp, mtg, a.reps, kv_bytes / 1048576.0);
+      std::printf("depth %6lld | prefill %8.1f tok/s | decode %6.1f tok/s (median of %d) | kv %.1f MiB | routing %.2f%% of decode\n",
+                  (long long)P, mpp, mtg, a.reps, kv_bytes / 1048576.0, 100.0 * route_share);
+    if (a.kv.stats && last) print_kv_stats(*last, last_decode_s);
   }
   if (a.json) std::printf("%s\n", results.dump(1).c_str());
   return 0;

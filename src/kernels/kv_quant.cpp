@@ -45,10 +45,6 @@ inline void put_code(uint8_t* row, int i, int bits, int c) {
   row[i / per] = static_cast<uint8_t>(row[i / per] | (c << (bits * (i % per))));
 }
 
-inline int get_code(const uint8_t* row, int i, int bits) {
-  const int per = 8 / bits;
-  return (row[i / per] >> (bits * (i % per))) & ((1 << bits) - 1);
-}
 
 }  // namespace
 
@@ -98,6 +94,31 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
   }
 }
 
+namespace {
+
+// Decodes one packed row of d codes: out[c] = code(c) * s[c] + z[c] (keys: per-channel
+// parameters) — written per byte so the compiler can vectorize it.
+template <int kBits>
+inline void decode_row(const uint8_t* row, int d, const float* s, const float* z, float* out) {
+  constexpr int kPer = 8 / kBits, kMask = (1 << kBits) - 1;
+  for (int j = 0; j < d / kPer; ++j) {
+    const unsigned b = row[j];
+    for (int i = 0; i < kPer; ++i) {
+      const int c = j * kPer + i;
+      out[c] = float((b >> (kBits * i)) & kMask) * s[c] + z[c];
+    }
+  }
+}
+
+// Same with one (scale, zero) for the whole run (values: per-token groups).
+template <int kBits>
+inline void decode_run(const uint8_t* row, int c0, int n, float s, float z, float* out) {
+  constexpr int kPer = 8 / kBits, kMask = (1 << kBits) - 1;
+  for (int c = c0; c < c0 + n; ++c) out[c] = float((row[c / kPer] >> (kBits * (c % kPer))) & kMask) * s + z;
+}
+
+}  // namespace
+
 void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens, float* k_pre, float* v) {
   const int d = L.head_dim, W = L.window, g = L.g();
   const size_t row_bytes = size_t(d) * L.bits / 8;
@@ -106,11 +127,14 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
   const auto* vs = reinterpret_cast<const uint16_t*>(win + L.v_scale_off());
   const auto* vz = reinterpret_cast<const uint16_t*>(win + L.v_zero_off());
   if (k_pre) {
-    float s[1024], z[1024];  // head_dim <= 1024 (checked by the cache)
+    float s[1024], z[1024];  // head_dim <= 1024 (checked by the cache factory)
     for (int c = 0; c < d; ++c) s[c] = f16_to_f32(ks[c]), z[c] = f16_to_f32(kz[c]);
     for (int t = 0; t < n_tokens; ++t) {
       const uint8_t* row = win + L.k_codes_off() + (size_t(h) * W + t) * row_bytes;
-      for (int c = 0; c < d; ++c) k_pre[size_t(t) * d + c] = float(get_code(row, c, L.bits)) * s[c] + z[c];
+      if (L.bits == 2)
+        decode_row<2>(row, d, s, z, k_pre + size_t(t) * d);
+      else
+        decode_row<4>(row, d, s, z, k_pre + size_t(t) * d);
     }
   }
   if (v) {
@@ -119,7 +143,10 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
       for (int g0 = 0; g0 < d; g0 += g) {
         const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
         const float s = f16_to_f32(vs[p]), z = f16_to_f32(vz[p]);
-        for (int c = g0; c < g0 + g; ++c) v[size_t(t) * d + c] = float(get_code(row, c, L.bits)) * s + z;
+        if (L.bits == 2)
+          decode_run<2>(row, g0, g, s, z, v + size_t(t) * d);
+        else
+          decode_run<4>(row, g0, g, s, z, v + size_t(t) * d);
       }
     }
   }

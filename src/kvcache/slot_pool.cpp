@@ -1,6 +1,8 @@
 // SlotPool (see slot_pool.h).
 #include "kvcache/slot_pool.h"
 
+#include <algorithm>
+
 namespace qevict {
 
 int32_t SlotPool::acquire() {
@@ -25,6 +27,30 @@ void SlotPool::reset() {
   free_.clear();
   for (int32_t s = static_cast<int32_t>(chunks_.size() * kChunkSlots) - 1; s >= 0; --s) free_.push_back(s);
   in_use_ = 0;
+}
+
+std::vector<std::pair<int32_t, int32_t>> SlotPool::compact() {
+  std::vector<std::pair<int32_t, int32_t>> moves;
+  const int32_t total = static_cast<int32_t>(chunks_.size() * kChunkSlots);
+  const int32_t keep_chunks = (in_use_ + kChunkSlots - 1) / kChunkSlots;
+  if (int32_t(chunks_.size()) <= keep_chunks) return moves;
+  const int32_t boundary = keep_chunks * kChunkSlots;
+  std::vector<char> is_free(size_t(total), 0);
+  for (int32_t f : free_) is_free[size_t(f)] = 1;
+  std::vector<int32_t> low_free;
+  for (int32_t s = 0; s < boundary; ++s)
+    if (is_free[size_t(s)]) low_free.push_back(s);
+  size_t next = 0;
+  for (int32_t s = boundary; s < total; ++s) {
+    if (is_free[size_t(s)]) continue;
+    const int32_t to = low_free[next++];  // exists: in_use <= boundary
+    std::copy(at(s), at(s) + slot_bytes_, at(to));
+    moves.emplace_back(s, to);
+  }
+  chunks_.resize(size_t(keep_chunks));
+  free_.clear();
+  for (size_t i = low_free.size(); i-- > next;) free_.push_back(low_free[i]);
+  return moves;
 }
 
 }  // namespace qevict

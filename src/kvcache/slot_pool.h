@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace qevict {
@@ -31,6 +32,10 @@ class SlotPool {
   size_t bytes_allocated() const { return chunks_.size() * kChunkSlots * slot_bytes_; }
   // Frees every slot (keeps the chunks).
   void reset();
+  // Gives back whole chunks when at least one chunk's worth of slots is free: slots above
+  // the new end are copied into free slots below it. Returns the moves as (old, new) pairs
+  // so that the owner can update its slot ids; empty when nothing was released.
+  std::vector<std::pair<int32_t, int32_t>> compact();
 
  private:
   size_t slot_bytes_;

@@ -278,23 +278,46 @@ void TieredKvCache::route_layer(int layer) {
     cand_.push_back({id, w.score, w.tier, w.q_slot >= 0});
   }
   policy_->route(cand_, rbudget_, &plan_);
-  for (size_t i = 0; i < cand_.size(); ++i) {
-    const int32_t id = cand_[i].window;
-    Window& w = L.windows[id];
-    const Tier to = plan_[i];
-    const bool first = !w.routed;
-    if (first) ++L.st.aged;
-    w.routed = true;
-    if (to == Tier::kEvicted) {
-      if (first) ++L.st.evicted_at_first_routing;
-      evict(L, w);
-    } else if (to == Tier::kQuant) {
-      if (w.tier != Tier::kQuant) demote(L, w, id);
-    } else {  // kFull
-      if (w.tier == Tier::kQuant) promote(L, w, id);
-      w.tier = Tier::kFull;
+  // Apply the plan in an order that never holds more than the budget: evictions free slots
+  // first, demotions then free F slots as they take ledger slots, promotions come last.
+  for (int pass = 0; pass < 3; ++pass) {
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      const int32_t id = cand_[i].window;
+      Window& w = L.windows[id];
+      const Tier to = plan_[i];
+      if (pass == 0 && to == Tier::kEvicted) {
+        if (!w.routed) ++L.st.evicted_at_first_routing;
+        evict(L, w);
+      } else if (pass == 1 && to == Tier::kQuant) {
+        if (w.tier != Tier::kQuant) demote(L, w, id);
+      } else if (pass == 2 && to == Tier::kFull) {
+        if (w.tier == Tier::kQuant) promote(L, w, id);
+        w.tier = Tier::kFull;
+      }
     }
   }
+  for (const auto& c : cand_) {
+    Window& w = L.windows[c.window];
+    if (!w.routed) ++L.st.aged;
+    w.routed = true;
+  }
+  // Give memory back when a tier shrank by a whole pool chunk (e.g. after the early phase
+  // in which every window fit in F), so held bytes follow the budget, not its peak.
+  auto remap = [&](SlotPool& pool, bool full) {
+    const auto moves = pool.compact();
+    if (moves.empty()) return;
+    for (Window& w : L.windows) {
+      int32_t& slot = full ? w.f_slot : w.q_slot;
+      if (slot < 0) continue;
+      for (const auto& [from, to] : moves)
+        if (slot == from) {
+          slot = to;
+          break;
+        }
+    }
+  };
+  remap(L.fpool, true);
+  remap(L.qpool, false);
   if (trace_) {
     std::string tiers(L.windows.size(), 'E');
     for (size_t id = 0; id < L.windows.size(); ++id) tiers[id] = tier_char(L.windows[id].tier);

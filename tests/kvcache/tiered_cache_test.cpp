@@ -239,6 +239,42 @@ TEST(TieredKvCache, InvalidParamsGiveClearErrors) {
   EXPECT_FALSE(make_kv_cache(s, 100, p).has_value()) << "fraction and bytes together";
 }
 
+TEST(SlotPool, CompactMovesLiveSlotsDownAndReleasesChunks) {
+  SlotPool pool(4);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 100; ++i) {
+    ids.push_back(pool.acquire());
+    for (int b = 0; b < 4; ++b) pool.at(ids.back())[b] = uint8_t(i);
+  }
+  EXPECT_EQ(pool.bytes_allocated(), size_t(4) * 4 * SlotPool::kChunkSlots);
+  // Keep every 7th slot alive.
+  std::vector<std::pair<int32_t, int>> live;
+  for (int i = 0; i < 100; ++i) {
+    if (i % 7 == 0) live.push_back({ids[i], i});
+    else pool.release(ids[i]);
+  }
+  const auto moves = pool.compact();
+  EXPECT_EQ(pool.bytes_allocated(), size_t(4) * SlotPool::kChunkSlots);  // 15 live: one chunk
+  for (auto& [slot, value] : live) {
+    for (const auto& [from, to] : moves)
+      if (slot == from) {
+        slot = to;
+        break;
+      }
+    ASSERT_LT(slot, SlotPool::kChunkSlots);
+    for (int b = 0; b < 4; ++b) ASSERT_EQ(pool.at(slot)[b], uint8_t(value));
+  }
+  // Acquiring after compaction never hands out a live slot.
+  std::vector<char> used(SlotPool::kChunkSlots * 2, 0);
+  for (auto& [slot, v] : live) used[slot] = 1;
+  for (int i = 0; i < 17; ++i) {
+    const int32_t s = pool.acquire();
+    ASSERT_FALSE(used[s]) << s;
+    used[s] = 1;
+  }
+  EXPECT_EQ(pool.in_use(), 32);
+}
+
 // Brute force: rank by (score desc, window asc); fill F by count, then Q, rest E.
 TEST(QEvictPolicy, MatchesBruteForceRule) {
   std::mt19937 rng(17);

@@ -25,6 +25,12 @@ from llama_cpp import Llama, __version__ as llama_cpp_version
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def last_logits(llm):
+    # With logits_all=False llama-cpp-python does not fill llm.scores; read the context's
+    # logits of the batch's last token directly.
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
+
 def llama_run(llm, prompt, n_decode, batch):
     llm.reset()
     t0 = time.perf_counter()
@@ -32,7 +38,7 @@ def llama_run(llm, prompt, n_decode, batch):
         llm.eval(prompt[i:i + batch])
     t1 = time.perf_counter()
     for _ in range(n_decode):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits(llm)))
         llm.eval([tok])
     t2 = time.perf_counter()
     return len(prompt) / (t1 - t0), n_decode / (t2 - t1)
