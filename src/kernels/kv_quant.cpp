@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/f16.h"
+#include "kernels/ops.h"
 
 namespace qevict {
 
@@ -19,6 +20,7 @@ Status QuantLayout::validate() const {
   if (head_dim % g() != 0) return Status::error(fmt::format("value group {} does not divide head_dim {}", g(), head_dim));
   if ((size_t(window) * head_dim * bits) % 8 != 0) return Status::error("window * head_dim * bits must fill whole bytes");
   if (head_dim % (8 / bits) != 0) return Status::error("head_dim must be a multiple of the codes per byte");
+  if (g() % (8 / bits) != 0) return Status::error(fmt::format("value group {} must be a multiple of {} codes per byte", g(), 8 / bits));
   return Status::ok();
 }
 
@@ -96,25 +98,40 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
 
 namespace {
 
-// Decodes one packed row of d codes: out[c] = code(c) * s[c] + z[c] (keys: per-channel
-// parameters) — written per byte so the compiler can vectorize it.
-template <int kBits>
-inline void decode_row(const uint8_t* row, int d, const float* s, const float* z, float* out) {
-  constexpr int kPer = 8 / kBits, kMask = (1 << kBits) - 1;
-  for (int j = 0; j < d / kPer; ++j) {
-    const unsigned b = row[j];
-    for (int i = 0; i < kPer; ++i) {
-      const int c = j * kPer + i;
-      out[c] = float((b >> (kBits * i)) & kMask) * s[c] + z[c];
+// byte -> its codes as floats, low bits first: INT2 (4 codes) and INT4 (2 codes). A table
+// lookup plus one multiply-add per element replaces shifting and masking every code.
+struct CodeTables {
+  float int2[256][4];
+  float int4[256][2];
+  CodeTables() {
+    for (int b = 0; b < 256; ++b) {
+      for (int i = 0; i < 4; ++i) int2[b][i] = float((b >> (2 * i)) & 3);
+      for (int i = 0; i < 2; ++i) int4[b][i] = float((b >> (4 * i)) & 15);
     }
+  }
+};
+const CodeTables kCodes;
+
+// out[c] = code(c) * s[c] + z[c] for c < d (keys: per-channel parameters).
+template <int kBits>
+inline void decode_row(const uint8_t* __restrict__ row, int d, const float* __restrict__ s,
+                       const float* __restrict__ z, float* __restrict__ out) {
+  constexpr int kPer = 8 / kBits;
+  for (int j = 0; j < d / kPer; ++j) {
+    const float* codes = kBits == 2 ? kCodes.int2[row[j]] : kCodes.int4[row[j]];
+    for (int i = 0; i < kPer; ++i) out[j * kPer + i] = codes[i] * s[j * kPer + i] + z[j * kPer + i];
   }
 }
 
-// Same with one (scale, zero) for the whole run (values: per-token groups).
+// out[c] = code(c) * s + z for c in [c0, c0 + n) (values: one group's parameters);
+// c0 and n are multiples of the codes per byte (validated by QuantLayout).
 template <int kBits>
-inline void decode_run(const uint8_t* row, int c0, int n, float s, float z, float* out) {
-  constexpr int kPer = 8 / kBits, kMask = (1 << kBits) - 1;
-  for (int c = c0; c < c0 + n; ++c) out[c] = float((row[c / kPer] >> (kBits * (c % kPer))) & kMask) * s + z;
+inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, float z, float* __restrict__ out) {
+  constexpr int kPer = 8 / kBits;
+  for (int j = c0 / kPer; j < (c0 + n) / kPer; ++j) {
+    const float* codes = kBits == 2 ? kCodes.int2[row[j]] : kCodes.int4[row[j]];
+    for (int i = 0; i < kPer; ++i) out[j * kPer + i] = codes[i] * s + z;
+  }
 }
 
 }  // namespace
@@ -128,7 +145,8 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
   const auto* vz = reinterpret_cast<const uint16_t*>(win + L.v_zero_off());
   if (k_pre) {
     float s[1024], z[1024];  // head_dim <= 1024 (checked by the cache factory)
-    for (int c = 0; c < d; ++c) s[c] = f16_to_f32(ks[c]), z[c] = f16_to_f32(kz[c]);
+    half_to_f32(HalfType::kF16, ks, s, d);  // F16C / SIMD conversion
+    half_to_f32(HalfType::kF16, kz, z, d);
     for (int t = 0; t < n_tokens; ++t) {
       const uint8_t* row = win + L.k_codes_off() + (size_t(h) * W + t) * row_bytes;
       if (L.bits == 2)
