@@ -80,6 +80,9 @@ class GgufBuilder {
                          sizeof(T));
   }
   GgufBuilder& add_string_array(const std::string& key, const std::vector<std::string>& values);
+  // Copies a parsed value (scalar or array of scalars/strings), e.g. to rebuild a variant of
+  // a real file's metadata.
+  GgufBuilder& add_value(const std::string& key, const GgufValue& v);
 
   // Raw value: the type id and payload are written verbatim after the key.
   GgufBuilder& add_raw(const std::string& key, uint32_t type_id, std::vector<uint8_t> payload);
@@ -127,5 +130,21 @@ class GgufBuilder {
   std::vector<Kv> kvs_;
   std::vector<Tensor> tensors_;
 };
+
+// A parsed in-memory GGUF together with the bytes it points into (header-only so that test
+// executables that never call it need not link the GGUF reader).
+struct MemoryGguf {
+  std::vector<uint8_t> bytes;
+  std::shared_ptr<GgufFile> file;
+};
+
+inline Expected<std::unique_ptr<MemoryGguf>> open_memory_gguf(std::vector<uint8_t> bytes) {
+  auto m = std::make_unique<MemoryGguf>();
+  m->bytes = std::move(bytes);
+  auto f = GgufFile::from_memory(m->bytes.data(), m->bytes.size());
+  if (!f) return f.status();
+  m->file = *f;
+  return m;
+}
 
 }  // namespace qevict::test

@@ -14,7 +14,7 @@
 #include <random>
 #include <sstream>
 
-#include "gguf_builder.h"
+#include "common/gguf_builder.h"
 #include "tokenizer/unicode.h"
 
 namespace qevict {
@@ -86,13 +86,13 @@ class RealModelTokenizer : public ::testing::Test {
 
   // The model's tokenizer metadata with tokenizer.ggml.pre replaced, as an in-memory GGUF.
   static Tokenizer with_pre(const std::string& pre) {
-    testing::GgufBuilder b;
+    test::GgufBuilder b;
     for (const auto& [key, value] : (*file_)->metadata()) {
       if (key.rfind("tokenizer.ggml.", 0) != 0 || key == "tokenizer.ggml.pre") continue;
       b.add_value(key, value);
     }
     b.add_string("tokenizer.ggml.pre", pre);
-    auto m = testing::open_memory_gguf(b.bytes());
+    auto m = test::open_memory_gguf(b.build().bytes);
     EXPECT_TRUE(m.has_value()) << m.error();
     auto t = Tokenizer::from_gguf(*(*m)->file);
     EXPECT_TRUE(t.has_value()) << t.error();

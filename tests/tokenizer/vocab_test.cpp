@@ -4,14 +4,14 @@
 
 #include <algorithm>
 
-#include "gguf_builder.h"
+#include "common/gguf_builder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace qevict {
 namespace {
 
-using testing::GgufBuilder;
+using test::GgufBuilder;
 
 // A vocabulary over the letters a-c, space, '<', '>', '|' and 'x' (as byte-level symbols), a
 // few merged tokens, and special tokens at the end.
@@ -46,15 +46,15 @@ struct ToyVocab {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", model)
         .add_string("tokenizer.ggml.pre", pre)
-        .add_strings("tokenizer.ggml.tokens", tokens)
-        .add_i32s("tokenizer.ggml.token_type", types)
-        .add_strings("tokenizer.ggml.merges", merges);
+        .add_string_array("tokenizer.ggml.tokens", tokens)
+        .add_array("tokenizer.ggml.token_type", GgufValueType::kInt32, types)
+        .add_string_array("tokenizer.ggml.merges", merges);
     return b;
   }
 };
 
 Expected<Tokenizer> load(const GgufBuilder& b) {
-  auto m = testing::open_memory_gguf(b.bytes());
+  auto m = test::open_memory_gguf(b.build().bytes);
   if (!m) return m.status();
   return Tokenizer::from_gguf(*(*m)->file);
 }
@@ -167,8 +167,8 @@ TEST(TokenizerVocab, MissingPreMeansDefault) {
   ToyVocab v;
   GgufBuilder b;
   b.add_string("tokenizer.ggml.model", "gpt2")
-      .add_strings("tokenizer.ggml.tokens", v.tokens)
-      .add_strings("tokenizer.ggml.merges", {"a b"});
+      .add_string_array("tokenizer.ggml.tokens", v.tokens)
+      .add_string_array("tokenizer.ggml.merges", {"a b"});
   const Tokenizer t = load_ok(b);
   EXPECT_EQ(t.encode("ab", false, false), std::vector<int32_t>{v.id("ab")});
 }
@@ -177,12 +177,12 @@ TEST(TokenizerVocab, MalformedMetadataIsAnError) {
   ToyVocab v;
   {
     GgufBuilder b;  // no merges
-    b.add_string("tokenizer.ggml.model", "gpt2").add_strings("tokenizer.ggml.tokens", v.tokens);
+    b.add_string("tokenizer.ggml.model", "gpt2").add_string_array("tokenizer.ggml.tokens", v.tokens);
     EXPECT_FALSE(load(b).has_value());
   }
   {
     GgufBuilder b;  // no tokens
-    b.add_string("tokenizer.ggml.model", "gpt2").add_strings("tokenizer.ggml.merges", {});
+    b.add_string("tokenizer.ggml.model", "gpt2").add_string_array("tokenizer.ggml.merges", {});
     EXPECT_FALSE(load(b).has_value());
   }
   {
@@ -203,8 +203,8 @@ TEST(TokenizerVocab, MalformedMetadataIsAnError) {
     // and an out-of-range bos_token_id is ignored, as llama.cpp does.
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "gpt2")
-        .add_strings("tokenizer.ggml.tokens", {"a", "b", "c"})
-        .add_strings("tokenizer.ggml.merges", {})
+        .add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"})
+        .add_string_array("tokenizer.ggml.merges", {})
         .add_u32("tokenizer.ggml.bos_token_id", 100000)
         .add_bool("tokenizer.ggml.add_bos_token", true);
     const auto t = load(b);
