@@ -346,7 +346,13 @@ void TieredKvCache::commit() {
   n_new_ = 0;
   ++steps_since_route_;
   // Routing events: after every prefill chunk and every Ω decode steps (SPEC §1).
-  if (chunk || steps_since_route_ >= p_.route_every) route_now();
+  if (chunk) {
+    route_now();
+  } else if (steps_since_route_ >= p_.route_every) {
+    const double before = route_s_;
+    route_now();
+    route_decode_s_ += route_s_ - before;
+  }
 }
 
 void TieredKvCache::clear() {
@@ -390,6 +396,7 @@ TierStats TieredKvCache::stats() const {
   TierStats s;
   s.routing_events = routing_events_;
   s.route_seconds = route_s_;
+  s.route_seconds_decode = route_decode_s_;
   s.quantize_seconds = quant_s_;
   s.promote_seconds = promote_s_;
   s.budget_bytes_per_layer = budget_total_;

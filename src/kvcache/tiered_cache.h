@@ -39,6 +39,7 @@ struct TierStats {
   std::vector<TierLayerStats> layers;
   int64_t routing_events = 0;
   double route_seconds = 0.0, quantize_seconds = 0.0, promote_seconds = 0.0;
+  double route_seconds_decode = 0.0;  // routing triggered by decode steps (not prefill chunks)
   size_t budget_bytes_per_layer = 0, window_full_bytes = 0, window_quant_bytes = 0;
   int64_t capacity_full = 0, capacity_quant = 0;  // K_f, K_q
 };
@@ -121,7 +122,7 @@ class TieredKvCache final : public SequenceKvCache {
   int64_t n_past_ = 0, n_new_ = 0;
   int steps_since_route_ = 0;
   int64_t routing_events_ = 0;
-  double route_s_ = 0.0, quant_s_ = 0.0, promote_s_ = 0.0;
+  double route_s_ = 0.0, quant_s_ = 0.0, promote_s_ = 0.0, route_decode_s_ = 0.0;
   std::FILE* trace_ = nullptr;
   // Routing scratch (reused).
   std::vector<RoutingCandidate> cand_;
