@@ -2,10 +2,9 @@
 // default), thread count, reading prompt text, loading model + tokenizer with clear errors.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "core/status.h"
 #include "kvcache/params.h"

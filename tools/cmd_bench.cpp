@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -31,7 +30,9 @@ struct BenchArgs {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+  return v.empty()
+             ? 0.0
+             : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
 int run_bench(const BenchArgs& a) {
@@ -57,7 +58,8 @@ int run_bench(const BenchArgs& a) {
     if (!text) return fail(text.error());
     src = loaded->tokenizer->encode(*text, false, false);
   }
-  if (src.empty()) src = loaded->tokenizer->encode("The quick brown fox jumps over the lazy dog. ", false, false);
+  if (src.empty())
+    src = loaded->tokenizer->encode("The quick brown fox jumps over the lazy dog. ", false, false);
   auto kvp = kv_params(a.kv);
   if (!kvp) return fail(kvp.error());
   const int threads = resolve_threads(a.model.threads);
@@ -81,7 +83,8 @@ int run_bench(const BenchArgs& a) {
       auto t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < P; i += a.batch) {
         const int64_t n = std::min<int64_t>(a.batch, P - i);
-        std::vector<BatchSegment> segs{{&cache, prompt.data() + i, n, false, i + n == P ? logits.data() : nullptr}};
+        std::vector<BatchSegment> segs{
+            {&cache, prompt.data() + i, n, false, i + n == P ? logits.data() : nullptr}};
         Status s = model.forward(segs, pool);
         if (!s) return fail(s.message());
       }
@@ -102,12 +105,23 @@ int run_bench(const BenchArgs& a) {
         route_share = (t->stats().route_seconds - route_before) / last_decode_s;
     }
     const double mpp = median(pp), mtg = median(tg);
-    results.push_back({{"engine", "qevict"}, {"kv_policy", kvp->policy}, {"kv_budget", kvp->budget_fraction}, {"depth", P}, {"n_decode", a.n_decode}, {"threads", threads},
-                       {"prefill_tok_s", mpp}, {"decode_tok_s", mtg}, {"prefill_runs", pp}, {"decode_runs", tg},
-                       {"kv_bytes", kv_bytes}, {"routing_share_of_decode", route_share}});
+    results.push_back({{"engine", "qevict"},
+                       {"kv_policy", kvp->policy},
+                       {"kv_budget", kvp->budget_fraction},
+                       {"depth", P},
+                       {"n_decode", a.n_decode},
+                       {"threads", threads},
+                       {"prefill_tok_s", mpp},
+                       {"decode_tok_s", mtg},
+                       {"prefill_runs", pp},
+                       {"decode_runs", tg},
+                       {"kv_bytes", kv_bytes},
+                       {"routing_share_of_decode", route_share}});
     if (!a.json)
-      std::printf("depth %6lld | prefill %8.1f tok/s | decode %6.1f tok/s (median of %d) | kv %.1f MiB | routing %.2f%% of decode\n",
-                  (long long)P, mpp, mtg, a.reps, kv_bytes / 1048576.0, 100.0 * route_share);
+      std::printf(
+          "depth %6lld | prefill %8.1f tok/s | decode %6.1f tok/s (median of %d) | kv %.1f MiB | "
+          "routing %.2f%% of decode\n",
+          (long long)P, mpp, mtg, a.reps, kv_bytes / 1048576.0, 100.0 * route_share);
     if (a.kv.stats && last) print_kv_stats(*last, last_decode_s);
   }
   if (a.json) std::printf("%s\n", results.dump(1).c_str());
@@ -120,10 +134,17 @@ Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   add_model_options(app, a->model);
   app.add_option("-d,--depths", a->depths, "comma-separated context depths")->capture_default_str();
-  app.add_option("-f,--file", a->file, "text whose tokens fill the context (repeated as needed)")->check(CLI::ExistingFile);
-  app.add_option("-n,--n-decode", a->n_decode, "decode steps after the prefill")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-b,--batch", a->batch, "prefill chunk")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-r,--reps", a->reps, "repetitions (medians reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-f,--file", a->file, "text whose tokens fill the context (repeated as needed)")
+      ->check(CLI::ExistingFile);
+  app.add_option("-n,--n-decode", a->n_decode, "decode steps after the prefill")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-b,--batch", a->batch, "prefill chunk")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-r,--reps", a->reps, "repetitions (medians reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", a->json, "JSON output");
   add_kv_options(app, a->kv);
   return [a] { return run_bench(*a); };

@@ -1,9 +1,9 @@
 // qevict generate: prompt (-p/-f, optionally wrapped in the model's chat template) →
 // chunked prefill → streamed sampling; a timing line on stderr at the end.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "chat/chat_template.h"
 #include "cli_common.h"
@@ -61,7 +61,8 @@ int run_generate(const GenerateArgs& a) {
     } else {
       auto ct = ChatTemplate::parse(tmpl);
       if (!ct) return fail("chat template: " + ct.error());
-      auto r = ct->render(msgs, true, tok.token_to_piece(tok.bos(), true), tok.token_to_piece(tok.eos(), true));
+      auto r = ct->render(msgs, true, tok.token_to_piece(tok.bos(), true),
+                          tok.token_to_piece(tok.eos(), true));
       if (!r) return fail("chat template: " + r.error());
       prompt_text = *r;
     }
@@ -71,7 +72,8 @@ int run_generate(const GenerateArgs& a) {
   req.prompt = tok.encode(prompt_text, /*add_special=*/true, parse_special);
   if (req.prompt.empty()) return fail("the prompt has no tokens");
   if (int64_t(req.prompt.size()) + a.n_predict > a.n_ctx)
-    return fail(fmt::format("prompt ({} tokens) + -n {} exceeds the context -c {}", req.prompt.size(), a.n_predict, a.n_ctx));
+    return fail(fmt::format("prompt ({} tokens) + -n {} exceeds the context -c {}",
+                            req.prompt.size(), a.n_predict, a.n_ctx));
 
   auto kvp = kv_params(a.kv);
   if (!kvp) return fail(kvp.error());
@@ -100,30 +102,35 @@ int run_generate(const GenerateArgs& a) {
   }
   int64_t n_out = 0;
   if (a.rss_every > 0)
-    std::fprintf(stderr, "rss: generated %lld tokens, RSS %ld KiB, KV cache %zu bytes\n", 0LL, rss_kib(), cache.bytes_held());
-  Status s = generate(model, pool, reqs, go, [&](size_t, int32_t id) {
-    ++n_out;
-    if (a.rss_every > 0 && n_out % a.rss_every == 0)
-      std::fprintf(stderr, "rss: generated %lld tokens, RSS %ld KiB, KV cache %zu bytes\n", (long long)n_out, rss_kib(),
-                   cache.bytes_held());
-    if (tok.is_eog(id) || a.quiet) return true;
-    const std::string piece = out.push(tok.token_to_piece(id));
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-    return true;
-  }, &st);
+    std::fprintf(stderr, "rss: generated %lld tokens, RSS %ld KiB, KV cache %zu bytes\n", 0LL,
+                 rss_kib(), cache.bytes_held());
+  Status s = generate(
+      model, pool, reqs, go,
+      [&](size_t, int32_t id) {
+        ++n_out;
+        if (a.rss_every > 0 && n_out % a.rss_every == 0)
+          std::fprintf(stderr, "rss: generated %lld tokens, RSS %ld KiB, KV cache %zu bytes\n",
+                       (long long)n_out, rss_kib(), cache.bytes_held());
+        if (tok.is_eog(id) || a.quiet) return true;
+        const std::string piece = out.push(tok.token_to_piece(id));
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      },
+      &st);
   const std::string rest = out.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!s) return fail(s.message());
-  std::fprintf(stderr,
-               "\nprompt: %lld tokens in %.2f s (%.1f tok/s) | decode: %lld tokens in %.2f s (%.1f tok/s) | "
-               "threads %d | kv %s, %.1f MiB | seed %llu\n",
-               (long long)st.n_prompt, st.prompt_seconds, st.n_prompt / std::max(st.prompt_seconds, 1e-9),
-               (long long)st.n_decode_calls, st.decode_seconds, st.n_decode_calls / std::max(st.decode_seconds, 1e-9),
-               threads, cache.describe().c_str(), cache.bytes_held() / 1048576.0,
-               (unsigned long long)reqs[0].sampling.seed);
+  std::fprintf(
+      stderr,
+      "\nprompt: %lld tokens in %.2f s (%.1f tok/s) | decode: %lld tokens in %.2f s (%.1f tok/s) | "
+      "threads %d | kv %s, %.1f MiB | seed %llu\n",
+      (long long)st.n_prompt, st.prompt_seconds, st.n_prompt / std::max(st.prompt_seconds, 1e-9),
+      (long long)st.n_decode_calls, st.decode_seconds,
+      st.n_decode_calls / std::max(st.decode_seconds, 1e-9), threads, cache.describe().c_str(),
+      cache.bytes_held() / 1048576.0, (unsigned long long)reqs[0].sampling.seed);
   if (a.kv.stats) print_kv_stats(cache, st.decode_seconds);
   return 0;
 }
@@ -134,21 +141,31 @@ Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   add_model_options(app, a->model);
   app.add_option("-p,--prompt", a->prompt, "prompt text");
-  app.add_option("-f,--file", a->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
-  app.add_option("-n,--n-predict", a->n_predict, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("-c,--ctx-size", a->n_ctx, "context size (prompt + generated tokens)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-f,--file", a->prompt_file, "read the prompt from a file")
+      ->check(CLI::ExistingFile);
+  app.add_option("-n,--n-predict", a->n_predict, "tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--ctx-size", a->n_ctx, "context size (prompt + generated tokens)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--chat", a->chat, "wrap the prompt as a user message in the model's chat template");
   app.add_option("--system", a->system, "system message for --chat");
   app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens");
-  app.add_option("--temp", a->sampling.temperature, "temperature (0 = greedy)")->capture_default_str();
+  app.add_option("--temp", a->sampling.temperature, "temperature (0 = greedy)")
+      ->capture_default_str();
   app.add_option("--top-k", a->sampling.top_k, "top-k (0 = off)")->capture_default_str();
   app.add_option("--top-p", a->sampling.top_p, "top-p (1 = off)")->capture_default_str();
   app.add_option("--min-p", a->sampling.min_p, "min-p (0 = off)")->capture_default_str();
   app.add_option("-s,--seed", a->seed, "RNG seed (-1 = random)")->capture_default_str();
-  app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   add_kv_options(app, a->kv);
-  app.add_option("--rss-every", a->rss_every, "print the process RSS and KV bytes every N generated tokens (stderr)");
-  app.add_flag("--quiet", a->quiet, "do not print the prompt or the generated text (timings and stats only)");
+  app.add_option("--rss-every", a->rss_every,
+                 "print the process RSS and KV bytes every N generated tokens (stderr)");
+  app.add_flag("--quiet", a->quiet,
+               "do not print the prompt or the generated text (timings and stats only)");
   return [a] { return run_generate(*a); };
 }
 

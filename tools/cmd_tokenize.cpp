@@ -1,7 +1,6 @@
 // qevict tokenize: token ids of a text, like llama.cpp's llama-tokenize ("id -> 'piece'"
 // lines by default, --ids for a Python-style list, --json for machine-readable output).
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
@@ -45,12 +44,14 @@ int run_tokenize(const TokenizeArgs& a) {
 
 Runner add_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
-  app.add_option("-m,--model", a->model.model_path, "GGUF model file (default: $QEVICT_MODEL or the fetched default)");
+  app.add_option("-m,--model", a->model.model_path,
+                 "GGUF model file (default: $QEVICT_MODEL or the fetched default)");
   app.add_option("-p,--prompt", a->prompt, "text to tokenize");
   app.add_option("-f,--file", a->file, "read the text from a file")->check(CLI::ExistingFile);
   app.add_flag("--json", a->json, "print a JSON array of {id, piece}");
   app.add_flag("--ids", a->ids, "print only the ids, as a list");
-  app.add_flag("--no-parse-special", a->no_parse_special, "treat special-token text (e.g. <|im_start|>) as plain text");
+  app.add_flag("--no-parse-special", a->no_parse_special,
+               "treat special-token text (e.g. <|im_start|>) as plain text");
   app.add_flag("--add-special", a->add_special, "add BOS/EOS as the model's metadata asks");
   return [a] { return run_tokenize(*a); };
 }

@@ -2,9 +2,8 @@
 // the function that runs it (returning the process exit code).
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 namespace qevict::cli {
 

@@ -13,10 +13,14 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, desc);
     runners[sub] = fn(*sub);
   };
-  add("generate", "generate text from a prompt (streams tokens, timing on stderr)", qevict::cli::add_generate);
-  add("perplexity", "teacher-forced evaluation: perplexity, optional logits dump (.npy)", qevict::cli::add_perplexity);
-  add("tokenize", "print the token ids of a text, as llama.cpp's llama-tokenize", qevict::cli::add_tokenize);
-  add("bench", "prefill and decode speed at given context depths (medians)", qevict::cli::add_bench);
+  add("generate", "generate text from a prompt (streams tokens, timing on stderr)",
+      qevict::cli::add_generate);
+  add("perplexity", "teacher-forced evaluation: perplexity, optional logits dump (.npy)",
+      qevict::cli::add_perplexity);
+  add("tokenize", "print the token ids of a text, as llama.cpp's llama-tokenize",
+      qevict::cli::add_tokenize);
+  add("bench", "prefill and decode speed at given context depths (medians)",
+      qevict::cli::add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -11,6 +11,16 @@ model=$(tools/setup.sh | tail -n1)
 export QEVICT_TEST_MODEL="$model"
 jobs=$(nproc 2>/dev/null || echo 2)
 
+if command -v clang-format >/dev/null 2>&1; then
+  echo "== clang-format (.clang-format, Google base) =="
+  bad=$(git ls-files '*.cpp' '*.h' 2>/dev/null | grep -v 'unicode_data.cpp' |
+        while read -r f; do clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || echo "$f"; done)
+  if [ -n "$bad" ]; then
+    echo "clang-format would change: $bad" >&2
+    exit 1
+  fi
+fi
+
 echo "== tests (Release) =="
 ctest --test-dir build --output-on-failure -j"$jobs"
 

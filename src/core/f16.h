@@ -40,7 +40,7 @@ inline uint16_t f32_to_f16(float f) {
     return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
   }
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (ax < 0x38800000u) {  // subnormal or zero in f16
+  if (ax < 0x38800000u) {                                               // subnormal or zero in f16
     // value / 2^-24 rounded to nearest even
     float v = bits_to_f32(ax) * 16777216.0f;
     uint32_t m = static_cast<uint32_t>(v);

@@ -1,10 +1,10 @@
 // .npy reader/writer (format: numpy.lib.format, version 1.0).
 #include "core/npy.h"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace qevict {
 
@@ -12,7 +12,8 @@ namespace {
 constexpr size_t kHeaderLen = 128;  // fixed header size: room for any shape we write
 
 std::string make_header(int64_t rows, int64_t cols) {
-  std::string dict = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
+  std::string dict =
+      fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
   std::string h = "\x93NUMPY";
   h += '\x01';
   h += '\x00';
@@ -37,14 +38,16 @@ Status NpyWriter::open(const std::string& path, int64_t n_cols) {
   cols_ = n_cols;
   rows_ = 0;
   const std::string h = make_header(0, n_cols);
-  if (std::fwrite(h.data(), 1, h.size(), f_) != h.size()) return Status::error(fmt::format("{}: write failed", path));
+  if (std::fwrite(h.data(), 1, h.size(), f_) != h.size())
+    return Status::error(fmt::format("{}: write failed", path));
   return Status::ok();
 }
 
 Status NpyWriter::append_rows(const float* data, int64_t n_rows) {
   if (!f_) return Status::error("npy writer is not open");
   const size_t n = size_t(n_rows * cols_);
-  if (std::fwrite(data, sizeof(float), n, f_) != n) return Status::error(fmt::format("{}: write failed (disk full?)", path_));
+  if (std::fwrite(data, sizeof(float), n, f_) != n)
+    return Status::error(fmt::format("{}: write failed (disk full?)", path_));
   rows_ += n_rows;
   return Status::ok();
 }
@@ -67,7 +70,8 @@ Expected<NpyArray> read_npy(const std::string& path) {
     return Status::error(fmt::format("{}: {}", path, why));
   };
   unsigned char pre[10];
-  if (std::fread(pre, 1, 10, f) != 10 || std::memcmp(pre, "\x93NUMPY", 6) != 0) return fail("not a .npy file");
+  if (std::fread(pre, 1, 10, f) != 10 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
+    return fail("not a .npy file");
   size_t hlen;
   if (pre[6] == 1) {
     hlen = pre[8] | (size_t(pre[9]) << 8);
@@ -79,8 +83,10 @@ Expected<NpyArray> read_npy(const std::string& path) {
   if (hlen > (1 << 20)) return fail("header too large");
   std::string h(hlen, '\0');
   if (std::fread(h.data(), 1, hlen, f) != hlen) return fail("truncated header");
-  if (h.find("'<f4'") == std::string::npos) return fail("only little-endian float32 ('<f4') arrays are supported");
-  if (h.find("'fortran_order': False") == std::string::npos) return fail("only C-order arrays are supported");
+  if (h.find("'<f4'") == std::string::npos)
+    return fail("only little-endian float32 ('<f4') arrays are supported");
+  if (h.find("'fortran_order': False") == std::string::npos)
+    return fail("only C-order arrays are supported");
   const size_t sp = h.find("'shape': (");
   if (sp == std::string::npos) return fail("header has no shape");
   NpyArray a;
@@ -100,7 +106,8 @@ Expected<NpyArray> read_npy(const std::string& path) {
   a.rows = r;
   a.cols = c;
   a.data.resize(size_t(r * c));
-  if (std::fread(a.data.data(), sizeof(float), a.data.size(), f) != a.data.size()) return fail("truncated data");
+  if (std::fread(a.data.data(), sizeof(float), a.data.size(), f) != a.data.size())
+    return fail("truncated data");
   std::fclose(f);
   return a;
 }

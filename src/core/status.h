@@ -31,7 +31,7 @@ class Status {
 template <typename T>
 class Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Expected(T value) : v_(std::move(value)) {}   // NOLINT: implicit by design
   Expected(Status err) : v_(std::move(err)) {}  // NOLINT: must be an error status
   bool has_value() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return has_value(); }
@@ -47,10 +47,10 @@ class Expected {
   std::variant<T, Status> v_;
 };
 
-#define QEVICT_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::qevict::Status _st = (expr);          \
-    if (!_st.is_ok()) return _st;           \
+#define QEVICT_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::qevict::Status _st = (expr);   \
+    if (!_st.is_ok()) return _st;    \
   } while (0)
 
 }  // namespace qevict

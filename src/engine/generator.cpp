@@ -1,20 +1,22 @@
 // Generation loop (see generator.h).
 #include "engine/generator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <fmt/format.h>
 
 namespace qevict {
 
 Status GenerateOptions::validate() const {
-  if (prefill_chunk <= 0) return Status::error(fmt::format("prefill chunk must be positive, got {}", prefill_chunk));
+  if (prefill_chunk <= 0)
+    return Status::error(fmt::format("prefill chunk must be positive, got {}", prefill_chunk));
   return Status::ok();
 }
 
 Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& requests,
-                const GenerateOptions& opts, const TokenCallback& on_token, GenerationStats* stats) {
+                const GenerateOptions& opts, const TokenCallback& on_token,
+                GenerationStats* stats) {
   QEVICT_RETURN_IF_ERROR(opts.validate());
   const int32_t n_vocab = model.config().n_vocab;
   GenerationStats st;
@@ -40,7 +42,8 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
       if (off >= r.prompt.size()) continue;
       const size_t n = std::min(r.prompt.size() - off, size_t(opts.prefill_chunk));
       const bool last = off + n == r.prompt.size();
-      segs.push_back({r.cache, r.prompt.data() + off, int64_t(n), false, last ? logits[i].data() : nullptr});
+      segs.push_back(
+          {r.cache, r.prompt.data() + off, int64_t(n), false, last ? logits[i].data() : nullptr});
       st.n_prompt += int64_t(n);
     }
     if (segs.empty()) break;

@@ -15,14 +15,14 @@
 namespace qevict {
 
 struct GenerationRequest {
-  SequenceKvCache* cache = nullptr;   // empty or holding a previous turn's tokens
-  std::vector<int32_t> prompt;        // tokens to append before generating (non-empty)
-  int n_predict = 128;                // generate at most this many tokens
+  SequenceKvCache* cache = nullptr;  // empty or holding a previous turn's tokens
+  std::vector<int32_t> prompt;       // tokens to append before generating (non-empty)
+  int n_predict = 128;               // generate at most this many tokens
   SamplingParams sampling;
-  std::vector<int32_t> stop_tokens;   // generation ends after emitting one of these
+  std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
 
   // Results.
-  std::vector<int32_t> output;        // generated tokens (a stop token included)
+  std::vector<int32_t> output;  // generated tokens (a stop token included)
   bool hit_stop = false;
 };
 

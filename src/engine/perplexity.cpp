@@ -2,15 +2,16 @@
 // computed in double.
 #include "engine/perplexity.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace qevict {
 
 Status PerplexityOptions::validate() const {
-  if (n_ctx < 2) return Status::error(fmt::format("context must be at least 2 tokens, got {}", n_ctx));
+  if (n_ctx < 2)
+    return Status::error(fmt::format("context must be at least 2 tokens, got {}", n_ctx));
   if (batch <= 0) return Status::error("batch must be positive");
   return Status::ok();
 }
@@ -18,7 +19,8 @@ Status PerplexityOptions::validate() const {
 Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int32_t>& tokens,
                            const PerplexityOptions& opts,
                            const std::function<SequenceKvCache*(int64_t)>& make_cache,
-                           const LogitsSink& sink, const std::function<void(int64_t, int64_t)>& progress,
+                           const LogitsSink& sink,
+                           const std::function<void(int64_t, int64_t)>& progress,
                            PerplexityResult* result) {
   QEVICT_RETURN_IF_ERROR(opts.validate());
   const int64_t n = static_cast<int64_t>(tokens.size());

@@ -14,8 +14,8 @@
 namespace qevict {
 
 struct PerplexityOptions {
-  int64_t n_ctx = 1024;       // tokens per chunk; each chunk starts from an empty cache
-  int batch = 256;            // tokens per forward call during the prompt part
+  int64_t n_ctx = 1024;  // tokens per chunk; each chunk starts from an empty cache
+  int batch = 256;       // tokens per forward call during the prompt part
   // The first `prefill` tokens of each chunk are fed in batches of `batch`; the rest one
   // token per forward call, so caches with a routing policy route while being scored.
   // -1: the whole chunk in batches.
@@ -24,9 +24,9 @@ struct PerplexityOptions {
 };
 
 struct PerplexityResult {
-  int64_t n_scored = 0;    // positions whose next-token NLL was counted
-  double mean_nll = 0.0;   // nats
-  double perplexity = 0.0; // exp(mean_nll)
+  int64_t n_scored = 0;     // positions whose next-token NLL was counted
+  double mean_nll = 0.0;    // nats
+  double perplexity = 0.0;  // exp(mean_nll)
   double seconds = 0.0;
 };
 
@@ -38,7 +38,8 @@ using LogitsSink = std::function<Status(int64_t pos, const float* logits)>;
 Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int32_t>& tokens,
                            const PerplexityOptions& opts,
                            const std::function<SequenceKvCache*(int64_t)>& make_cache,
-                           const LogitsSink& sink, const std::function<void(int64_t, int64_t)>& progress,
+                           const LogitsSink& sink,
+                           const std::function<void(int64_t, int64_t)>& progress,
                            PerplexityResult* result);
 
 }  // namespace qevict

@@ -3,17 +3,19 @@
 // min-p keeps p_i >= min_p * p_max; temperature divides the logits before the draw.
 #include "engine/sampling.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace qevict {
 
 Status SamplingParams::validate() const {
   if (std::isnan(temperature)) return Status::error("temperature must be a number");
-  if (!(top_p > 0.0f && top_p <= 1.0f)) return Status::error(fmt::format("top-p must be in (0, 1], got {}", top_p));
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) return Status::error(fmt::format("min-p must be in [0, 1], got {}", min_p));
+  if (!(top_p > 0.0f && top_p <= 1.0f))
+    return Status::error(fmt::format("top-p must be in (0, 1], got {}", top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f))
+    return Status::error(fmt::format("min-p must be in [0, 1], got {}", min_p));
   return Status::ok();
 }
 
@@ -30,7 +32,9 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   if (p_.greedy()) return argmax(logits, n_vocab);
   cand_.resize(size_t(n_vocab));
   for (int32_t i = 0; i < n_vocab; ++i) cand_[i] = {logits[i], i};
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t n = cand_.size();
   if (p_.top_k > 0 && size_t(p_.top_k) < n) {
     std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
@@ -64,7 +68,8 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   // Draw from softmax(logit / T) over the survivors.
   std::vector<double> w(n);
   double wsum = 0.0;
-  for (size_t i = 0; i < n; ++i) wsum += (w[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature));
+  for (size_t i = 0; i < n; ++i)
+    wsum += (w[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature));
   std::uniform_real_distribution<double> u(0.0, wsum);
   double r = u(rng_);
   for (size_t i = 0; i < n; ++i) {

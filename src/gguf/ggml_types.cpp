@@ -25,26 +25,46 @@ const GgmlTypeInfo* ggml_type_info(uint32_t id) {
   static const GgmlTypeInfo kI64{"i64", 1, 8, false};
   static const GgmlTypeInfo kF64{"f64", 1, 8, false};
   switch (static_cast<GgmlType>(id)) {
-    case GgmlType::kF32: return &kF32;
-    case GgmlType::kF16: return &kF16;
-    case GgmlType::kBF16: return &kBF16;
-    case GgmlType::kQ4_0: return &kQ4_0;
-    case GgmlType::kQ4_1: return &kQ4_1;
-    case GgmlType::kQ5_0: return &kQ5_0;
-    case GgmlType::kQ5_1: return &kQ5_1;
-    case GgmlType::kQ8_0: return &kQ8_0;
-    case GgmlType::kQ8_1: return &kQ8_1;
-    case GgmlType::kQ2_K: return &kQ2_K;
-    case GgmlType::kQ3_K: return &kQ3_K;
-    case GgmlType::kQ4_K: return &kQ4_K;
-    case GgmlType::kQ5_K: return &kQ5_K;
-    case GgmlType::kQ6_K: return &kQ6_K;
-    case GgmlType::kQ8_K: return &kQ8_K;
-    case GgmlType::kI8: return &kI8;
-    case GgmlType::kI16: return &kI16;
-    case GgmlType::kI32: return &kI32;
-    case GgmlType::kI64: return &kI64;
-    case GgmlType::kF64: return &kF64;
+    case GgmlType::kF32:
+      return &kF32;
+    case GgmlType::kF16:
+      return &kF16;
+    case GgmlType::kBF16:
+      return &kBF16;
+    case GgmlType::kQ4_0:
+      return &kQ4_0;
+    case GgmlType::kQ4_1:
+      return &kQ4_1;
+    case GgmlType::kQ5_0:
+      return &kQ5_0;
+    case GgmlType::kQ5_1:
+      return &kQ5_1;
+    case GgmlType::kQ8_0:
+      return &kQ8_0;
+    case GgmlType::kQ8_1:
+      return &kQ8_1;
+    case GgmlType::kQ2_K:
+      return &kQ2_K;
+    case GgmlType::kQ3_K:
+      return &kQ3_K;
+    case GgmlType::kQ4_K:
+      return &kQ4_K;
+    case GgmlType::kQ5_K:
+      return &kQ5_K;
+    case GgmlType::kQ6_K:
+      return &kQ6_K;
+    case GgmlType::kQ8_K:
+      return &kQ8_K;
+    case GgmlType::kI8:
+      return &kI8;
+    case GgmlType::kI16:
+      return &kI16;
+    case GgmlType::kI32:
+      return &kI32;
+    case GgmlType::kI64:
+      return &kI64;
+    case GgmlType::kF64:
+      return &kF64;
   }
   return nullptr;
 }

@@ -2,6 +2,7 @@
 #include "gguf/gguf.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-
-#include <fmt/format.h>
 
 namespace qevict {
 
@@ -53,19 +52,93 @@ bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufValueT
 bool read_scalar(Cursor& c, GgufValueType t, GgufValue* v) {
   v->type = t;
   switch (t) {
-    case GgufValueType::kUint8: { uint8_t x; if (!c.read(&x)) return false; v->u = x; v->i = x; v->f = x; return true; }
-    case GgufValueType::kInt8: { int8_t x; if (!c.read(&x)) return false; v->i = x; v->u = static_cast<uint64_t>(x); v->f = x; return true; }
-    case GgufValueType::kUint16: { uint16_t x; if (!c.read(&x)) return false; v->u = x; v->i = x; v->f = x; return true; }
-    case GgufValueType::kInt16: { int16_t x; if (!c.read(&x)) return false; v->i = x; v->u = static_cast<uint64_t>(x); v->f = x; return true; }
-    case GgufValueType::kUint32: { uint32_t x; if (!c.read(&x)) return false; v->u = x; v->i = x; v->f = x; return true; }
-    case GgufValueType::kInt32: { int32_t x; if (!c.read(&x)) return false; v->i = x; v->u = static_cast<uint64_t>(x); v->f = x; return true; }
-    case GgufValueType::kUint64: { uint64_t x; if (!c.read(&x)) return false; v->u = x; v->i = static_cast<int64_t>(x); v->f = static_cast<double>(x); return true; }
-    case GgufValueType::kInt64: { int64_t x; if (!c.read(&x)) return false; v->i = x; v->u = static_cast<uint64_t>(x); v->f = static_cast<double>(x); return true; }
-    case GgufValueType::kFloat32: { float x; if (!c.read(&x)) return false; v->f = x; return true; }
-    case GgufValueType::kFloat64: { double x; if (!c.read(&x)) return false; v->f = x; return true; }
-    case GgufValueType::kBool: { uint8_t x; if (!c.read(&x)) return false; v->u = x != 0; v->i = x != 0; return true; }
-    case GgufValueType::kString: return c.read_string(&v->s);
-    case GgufValueType::kArray: return false;  // handled by the caller
+    case GgufValueType::kUint8: {
+      uint8_t x;
+      if (!c.read(&x)) return false;
+      v->u = x;
+      v->i = x;
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kInt8: {
+      int8_t x;
+      if (!c.read(&x)) return false;
+      v->i = x;
+      v->u = static_cast<uint64_t>(x);
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kUint16: {
+      uint16_t x;
+      if (!c.read(&x)) return false;
+      v->u = x;
+      v->i = x;
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kInt16: {
+      int16_t x;
+      if (!c.read(&x)) return false;
+      v->i = x;
+      v->u = static_cast<uint64_t>(x);
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kUint32: {
+      uint32_t x;
+      if (!c.read(&x)) return false;
+      v->u = x;
+      v->i = x;
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kInt32: {
+      int32_t x;
+      if (!c.read(&x)) return false;
+      v->i = x;
+      v->u = static_cast<uint64_t>(x);
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kUint64: {
+      uint64_t x;
+      if (!c.read(&x)) return false;
+      v->u = x;
+      v->i = static_cast<int64_t>(x);
+      v->f = static_cast<double>(x);
+      return true;
+    }
+    case GgufValueType::kInt64: {
+      int64_t x;
+      if (!c.read(&x)) return false;
+      v->i = x;
+      v->u = static_cast<uint64_t>(x);
+      v->f = static_cast<double>(x);
+      return true;
+    }
+    case GgufValueType::kFloat32: {
+      float x;
+      if (!c.read(&x)) return false;
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kFloat64: {
+      double x;
+      if (!c.read(&x)) return false;
+      v->f = x;
+      return true;
+    }
+    case GgufValueType::kBool: {
+      uint8_t x;
+      if (!c.read(&x)) return false;
+      v->u = x != 0;
+      v->i = x != 0;
+      return true;
+    }
+    case GgufValueType::kString:
+      return c.read_string(&v->s);
+    case GgufValueType::kArray:
+      return false;  // handled by the caller
   }
   return false;
 }
@@ -74,9 +147,15 @@ bool read_scalar(Cursor& c, GgufValueType t, GgufValue* v) {
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufValueType::kUint8: case GgufValueType::kInt8: case GgufValueType::kUint16:
-    case GgufValueType::kInt16: case GgufValueType::kUint32: case GgufValueType::kInt32:
-    case GgufValueType::kUint64: case GgufValueType::kInt64: case GgufValueType::kBool:
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+    case GgufValueType::kBool:
       return true;
     default:
       return false;
@@ -90,8 +169,9 @@ double GgufValue::as_double() const {
 }
 
 const char* gguf_value_type_name(GgufValueType t) {
-  static const char* kNames[] = {"uint8", "int8",  "uint16", "int16",  "uint32", "int32", "float32",
-                                 "bool",  "string", "array", "uint64", "int64",  "float64"};
+  static const char* kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                 "int32",  "float32", "bool",   "string", "array",
+                                 "uint64", "int64",   "float64"};
   auto i = static_cast<uint32_t>(t);
   return i < 13 ? kNames[i] : "unknown";
 }
@@ -111,7 +191,8 @@ Expected<std::shared_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   }
   void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (p == MAP_FAILED) return Status::error(fmt::format("{}: mmap failed: {}", path, std::strerror(errno)));
+  if (p == MAP_FAILED)
+    return Status::error(fmt::format("{}: mmap failed: {}", path, std::strerror(errno)));
   std::shared_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
   f->base_ = static_cast<const uint8_t*>(p);
@@ -138,7 +219,9 @@ GgufFile::~GgufFile() {
 }
 
 Status GgufFile::parse() {
-  auto err = [&](const std::string& what) { return Status::error(fmt::format("{}: {}", path_, what)); };
+  auto err = [&](const std::string& what) {
+    return Status::error(fmt::format("{}: {}", path_, what));
+  };
   Cursor c(base_, size_);
   uint32_t magic;
   if (!c.read(&magic) || magic != kMagic) return err("not a GGUF file (bad magic)");
@@ -155,7 +238,8 @@ Status GgufFile::parse() {
     if (!c.read_string(&key)) return err(fmt::format("truncated metadata key #{}", k));
     uint32_t t;
     if (!c.read(&t)) return err(fmt::format("truncated metadata '{}'", key));
-    if (!valid_value_type(t)) return err(fmt::format("metadata '{}' has unknown value type {}", key, t));
+    if (!valid_value_type(t))
+      return err(fmt::format("metadata '{}' has unknown value type {}", key, t));
     GgufValue v;
     v.type = static_cast<GgufValueType>(t);
     if (v.type == GgufValueType::kArray) {
@@ -164,11 +248,13 @@ Status GgufFile::parse() {
       if (!c.read(&et) || !c.read(&n)) return err(fmt::format("truncated array '{}'", key));
       if (!valid_value_type(et) || et == static_cast<uint32_t>(GgufValueType::kArray))
         return err(fmt::format("array '{}' has unsupported element type {}", key, et));
-      if (n > kMaxArrayLen || n > size_ - c.pos()) return err(fmt::format("array '{}' length {} exceeds the file", key, n));
+      if (n > kMaxArrayLen || n > size_ - c.pos())
+        return err(fmt::format("array '{}' length {} exceeds the file", key, n));
       v.arr_type = static_cast<GgufValueType>(et);
       v.arr.resize(n);
       for (uint64_t j = 0; j < n; ++j)
-        if (!read_scalar(c, v.arr_type, &v.arr[j])) return err(fmt::format("truncated array '{}'", key));
+        if (!read_scalar(c, v.arr_type, &v.arr[j]))
+          return err(fmt::format("truncated array '{}'", key));
     } else if (!read_scalar(c, v.type, &v)) {
       return err(fmt::format("truncated metadata '{}'", key));
     }
@@ -188,7 +274,8 @@ Status GgufFile::parse() {
     if (!c.read_string(&info.name)) return err(fmt::format("truncated tensor info #{}", ti));
     uint32_t n_dims;
     if (!c.read(&n_dims)) return err(fmt::format("truncated tensor info '{}'", info.name));
-    if (n_dims == 0 || n_dims > kMaxDims) return err(fmt::format("tensor '{}' has {} dims (1..4 allowed)", info.name, n_dims));
+    if (n_dims == 0 || n_dims > kMaxDims)
+      return err(fmt::format("tensor '{}' has {} dims (1..4 allowed)", info.name, n_dims));
     int64_t n = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       int64_t ne;
@@ -199,7 +286,8 @@ Status GgufFile::parse() {
       info.dims.push_back(ne);
     }
     uint32_t type;
-    if (!c.read(&type) || !c.read(&info.offset)) return err(fmt::format("truncated tensor info '{}'", info.name));
+    if (!c.read(&type) || !c.read(&info.offset))
+      return err(fmt::format("truncated tensor info '{}'", info.name));
     const GgmlTypeInfo* ti_info = ggml_type_info(type);
     if (!ti_info) return err(fmt::format("tensor '{}' has unknown type id {}", info.name, type));
     info.type = static_cast<GgmlType>(type);
@@ -211,8 +299,8 @@ Status GgufFile::parse() {
     // elements would give 0 bytes and pass the bounds check below).
     const uint64_t n_blocks = static_cast<uint64_t>(n / ti_info->block_elems);
     if (n_blocks > size_ / static_cast<uint64_t>(ti_info->block_bytes))
-      return err(fmt::format("tensor '{}' ({} elements of {}) is larger than the file", info.name, n,
-                             ti_info->name));
+      return err(fmt::format("tensor '{}' ({} elements of {}) is larger than the file", info.name,
+                             n, ti_info->name));
     info.n_bytes = n_blocks * static_cast<uint64_t>(ti_info->block_bytes);
     if (tensor_index_.count(info.name)) return err(fmt::format("duplicate tensor '{}'", info.name));
     tensor_index_[info.name] = ti;
@@ -222,11 +310,14 @@ Status GgufFile::parse() {
   if (data_start > size_ && n_tensors > 0) return err("truncated: no tensor data section");
   for (auto& info : tensors_) {
     if (info.offset % alignment_ != 0)
-      return err(fmt::format("tensor '{}' offset {} is not aligned to {}", info.name, info.offset, alignment_));
+      return err(fmt::format("tensor '{}' offset {} is not aligned to {}", info.name, info.offset,
+                             alignment_));
     if (data_start > size_ || info.offset > size_ - data_start ||
         info.n_bytes > size_ - data_start - info.offset)
-      return err(fmt::format("tensor '{}' (offset {}, {} bytes) lies outside the file ({} bytes): truncated or corrupt",
-                             info.name, info.offset, info.n_bytes, size_));
+      return err(
+          fmt::format("tensor '{}' (offset {}, {} bytes) lies outside the file ({} bytes): "
+                      "truncated or corrupt",
+                      info.name, info.offset, info.n_bytes, size_));
     info.data = base_ + data_start + info.offset;
   }
   return Status::ok();
@@ -245,21 +336,24 @@ const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
 Expected<std::string> GgufFile::get_string(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return Status::error(fmt::format("{}: missing metadata '{}'", path_, key));
-  if (v->type != GgufValueType::kString) return Status::error(fmt::format("{}: metadata '{}' is not a string", path_, key));
+  if (v->type != GgufValueType::kString)
+    return Status::error(fmt::format("{}: metadata '{}' is not a string", path_, key));
   return v->s;
 }
 
 Expected<int64_t> GgufFile::get_int(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return Status::error(fmt::format("{}: missing metadata '{}'", path_, key));
-  if (!v->is_integer()) return Status::error(fmt::format("{}: metadata '{}' is not an integer", path_, key));
+  if (!v->is_integer())
+    return Status::error(fmt::format("{}: metadata '{}' is not an integer", path_, key));
   return v->i;
 }
 
 Expected<double> GgufFile::get_float(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return Status::error(fmt::format("{}: missing metadata '{}'", path_, key));
-  if (!v->is_number()) return Status::error(fmt::format("{}: metadata '{}' is not a number", path_, key));
+  if (!v->is_number())
+    return Status::error(fmt::format("{}: metadata '{}' is not a number", path_, key));
   return v->as_double();
 }
 

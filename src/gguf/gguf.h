@@ -42,7 +42,9 @@ struct GgufValue {
   std::vector<GgufValue> arr;
 
   bool is_integer() const;
-  bool is_number() const { return is_integer() || type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64; }
+  bool is_number() const {
+    return is_integer() || type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64;
+  }
   double as_double() const;
 };
 
@@ -50,7 +52,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // ne[0] is the fastest-varying (row length), as in ggml
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;        // from the start of the data section
+  uint64_t offset = 0;  // from the start of the data section
   int64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // into the mapping

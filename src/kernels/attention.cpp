@@ -54,14 +54,15 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
     for (int b = b0; b < b1; ++b) {
       const KvBlockRef& blk = blocks[b];
       if (blk.k) continue;
-      const int n_max = static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos0 + nq - blk.pos0, 0)));
+      const int n_max =
+          static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos0 + nq - blk.pos0, 0)));
       if (n_max <= 0) continue;
       float* kb = kbuf.data() + size_t(off[b - b0]) * d;
       float* vb = vbuf.data() + size_t(off[b - b0]) * d;
       dequantize_window_head(*p.qlayout, blk.qwin, p.kv_head, n_max, kb, vb);
       for (int t = 0; t < n_max; ++t)
-        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t), kb + size_t(t) * d,
-                   1, d, d);
+        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t),
+                   kb + size_t(t) * d, 1, d, d);
       kq[b - b0] = kb;
       vq[b - b0] = vb;
     }
@@ -75,7 +76,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       for (int b = b0; b < b1; ++b) {
         const KvBlockRef& blk = blocks[b];
         const int o = off[b - b0];
-        const int n = static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
+        const int n =
+            static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
         if (n > 0) {
           any = true;
           if (blk.k)
@@ -104,7 +106,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         for (int b = b0; b < b1; ++b) {
           const KvBlockRef& blk = blocks[b];
           const int o = off[b - b0];
-          const int n = static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
+          const int n =
+              static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
           float* ml = ml_i + (size_t(b) * g + h) * 2;
           if (n <= 0) {
             ml[0] = -std::numeric_limits<float>::infinity();
@@ -128,7 +131,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       }
       for (int b = b0; b < b1; ++b) {
         const KvBlockRef& blk = blocks[b];
-        const int n = static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
+        const int n =
+            static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
         if (n <= 0) continue;
         const float* pb = scores.data() + off[b - b0];
         if (blk.k)

@@ -19,8 +19,8 @@ namespace qevict {
 
 // A run of cached tokens of one KV head.
 struct KvBlockRef {
-  int64_t pos0 = 0;   // position of the block's first token
-  int32_t n = 0;      // tokens in the block
+  int64_t pos0 = 0;  // position of the block's first token
+  int32_t n = 0;     // tokens in the block
   // 16-bit source: post-RoPE keys and values, rows of head_dim at stride ld (in halfs).
   const uint16_t* k = nullptr;
   const uint16_t* v = nullptr;
@@ -31,10 +31,10 @@ struct KvBlockRef {
 
 struct FusedAttnParams {
   HalfType dtype = HalfType::kF16;
-  int group = 1;       // query heads sharing this KV head
+  int group = 1;  // query heads sharing this KV head
   int head_dim = 0;
-  float scale = 1.0f;  // 1/sqrt(head_dim)
-  int kv_head = 0;     // which head of a quantized window to decode
+  float scale = 1.0f;                    // 1/sqrt(head_dim)
+  int kv_head = 0;                       // which head of a quantized window to decode
   const QuantLayout* qlayout = nullptr;  // for low-bit blocks
   const RopeTable* rope = nullptr;       // for low-bit blocks (covers their positions)
 };

@@ -3,11 +3,11 @@
 // step of the stored scale (plus f16 rounding of the zero-point).
 #include "kernels/kv_quant.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "core/f16.h"
 #include "kernels/ops.h"
@@ -15,12 +15,19 @@
 namespace qevict {
 
 Status QuantLayout::validate() const {
-  if (bits != 2 && bits != 4) return Status::error(fmt::format("low-bit tier needs 2 or 4 bits, got {}", bits));
-  if (n_kv_heads <= 0 || head_dim <= 0 || window <= 0) return Status::error("invalid quantization layout");
-  if (head_dim % g() != 0) return Status::error(fmt::format("value group {} does not divide head_dim {}", g(), head_dim));
-  if ((size_t(window) * head_dim * bits) % 8 != 0) return Status::error("window * head_dim * bits must fill whole bytes");
-  if (head_dim % (8 / bits) != 0) return Status::error("head_dim must be a multiple of the codes per byte");
-  if (g() % (8 / bits) != 0) return Status::error(fmt::format("value group {} must be a multiple of {} codes per byte", g(), 8 / bits));
+  if (bits != 2 && bits != 4)
+    return Status::error(fmt::format("low-bit tier needs 2 or 4 bits, got {}", bits));
+  if (n_kv_heads <= 0 || head_dim <= 0 || window <= 0)
+    return Status::error("invalid quantization layout");
+  if (head_dim % g() != 0)
+    return Status::error(fmt::format("value group {} does not divide head_dim {}", g(), head_dim));
+  if ((size_t(window) * head_dim * bits) % 8 != 0)
+    return Status::error("window * head_dim * bits must fill whole bytes");
+  if (head_dim % (8 / bits) != 0)
+    return Status::error("head_dim must be a multiple of the codes per byte");
+  if (g() % (8 / bits) != 0)
+    return Status::error(
+        fmt::format("value group {} must be a multiple of {} codes per byte", g(), 8 / bits));
   return Status::ok();
 }
 
@@ -47,10 +54,10 @@ inline void put_code(uint8_t* row, int i, int bits, int c) {
   row[i / per] = static_cast<uint8_t>(row[i / per] | (c << (bits * (i % per))));
 }
 
-
 }  // namespace
 
-void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, int n_tokens, uint8_t* out) {
+void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, int n_tokens,
+                     uint8_t* out) {
   const int H = L.n_kv_heads, d = L.head_dim, W = L.window, g = L.g(), levels = (1 << L.bits) - 1;
   std::memset(out, 0, L.window_bytes());
   uint8_t* kc = out + L.k_codes_off();
@@ -76,7 +83,8 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
       ks[h * d + c] = s16;
       kz[h * d + c] = z16;
       for (int t = 0; t < n_tokens; ++t)
-        put_code(kc + (size_t(h) * W + t) * row_bytes, c, L.bits, code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, levels));
+        put_code(kc + (size_t(h) * W + t) * row_bytes, c, L.bits,
+                 code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, levels));
     }
     // Values: one (scale, zero) per token and group of g channels.
     for (int t = 0; t < n_tokens; ++t) {
@@ -90,7 +98,8 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
         const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
         vs[p] = s16;
         vz[p] = z16;
-        for (int c = g0; c < g0 + g; ++c) put_code(vc + (size_t(h) * W + t) * row_bytes, c, L.bits, code_of(row[c], s, z, levels));
+        for (int c = g0; c < g0 + g; ++c)
+          put_code(vc + (size_t(h) * W + t) * row_bytes, c, L.bits, code_of(row[c], s, z, levels));
       }
     }
   }
@@ -126,7 +135,8 @@ inline void decode_row(const uint8_t* __restrict__ row, int d, const float* __re
 // out[c] = code(c) * s + z for c in [c0, c0 + n) (values: one group's parameters);
 // c0 and n are multiples of the codes per byte (validated by QuantLayout).
 template <int kBits>
-inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, float z, float* __restrict__ out) {
+inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, float z,
+                       float* __restrict__ out) {
   constexpr int kPer = 8 / kBits;
   for (int j = c0 / kPer; j < (c0 + n) / kPer; ++j) {
     const float* codes = kBits == 2 ? kCodes.int2[row[j]] : kCodes.int4[row[j]];
@@ -136,7 +146,8 @@ inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, 
 
 }  // namespace
 
-void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens, float* k_pre, float* v) {
+void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens,
+                            float* k_pre, float* v) {
   const int d = L.head_dim, W = L.window, g = L.g();
   const size_t row_bytes = size_t(d) * L.bits / 8;
   const auto* ks = reinterpret_cast<const uint16_t*>(win + L.k_scale_off()) + size_t(h) * d;
@@ -144,7 +155,7 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
   const auto* vs = reinterpret_cast<const uint16_t*>(win + L.v_scale_off());
   const auto* vz = reinterpret_cast<const uint16_t*>(win + L.v_zero_off());
   if (k_pre) {
-    float s[1024], z[1024];  // head_dim <= 1024 (checked by the cache factory)
+    float s[1024], z[1024];                 // head_dim <= 1024 (checked by the cache factory)
     half_to_f32(HalfType::kF16, ks, s, d);  // F16C / SIMD conversion
     half_to_f32(HalfType::kF16, kz, z, d);
     for (int t = 0; t < n_tokens; ++t) {

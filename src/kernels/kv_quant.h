@@ -14,11 +14,11 @@ namespace qevict {
 
 // Layout of one quantized window for all KV heads of one layer.
 struct QuantLayout {
-  int bits = 2;        // 2 or 4
+  int bits = 2;  // 2 or 4
   int n_kv_heads = 0;
   int head_dim = 0;
-  int window = 8;      // tokens per window (ω)
-  int group = 0;       // value group size g (divides head_dim); 0 means head_dim
+  int window = 8;  // tokens per window (ω)
+  int group = 0;   // value group size g (divides head_dim); 0 means head_dim
 
   Status validate() const;
   int g() const { return group > 0 ? group : head_dim; }

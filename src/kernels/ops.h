@@ -30,14 +30,14 @@ void qk_scores(HalfType t, const float* q, int64_t ldq, int g, const uint16_t* k
 
 // GQA value accumulation: out[h*ldo + c] += sum_{j<n} p[h*ldp + j] * v_j[c], c < d, h < g.
 // Each value row is read once for all g heads.
-void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v,
-                   int64_t ldv, int64_t n, int d, float* out, int64_t ldo);
+void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv,
+                   int64_t n, int d, float* out, int64_t ldo);
 
 // The same two operations on f32 key/value rows (decoded low-bit windows).
-void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n, int d,
-                   float scale, float* scores, int64_t lds);
-void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n, int d,
-                       float* out, int64_t ldo);
+void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
+                   int d, float scale, float* scores, int64_t lds);
+void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n,
+                       int d, float* out, int64_t ldo);
 
 // Numerically stable in-place softmax over x[0..n); returns the max it subtracted.
 float softmax_inplace(float* x, int64_t n);

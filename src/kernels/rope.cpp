@@ -40,7 +40,8 @@ void RopeTable::ensure(int64_t n) {
   int64_t cap = std::max<int64_t>(n, n_ * 2);
   cos_.resize(size_t(cap * half));
   sin_.resize(size_t(cap * half));
-  for (int64_t pos = n_; pos < cap; ++pos) rope_cos_sin(p_, pos, cos_.data() + pos * half, sin_.data() + pos * half);
+  for (int64_t pos = n_; pos < cap; ++pos)
+    rope_cos_sin(p_, pos, cos_.data() + pos * half, sin_.data() + pos * half);
   n_ = cap;
 }
 

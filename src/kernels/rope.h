@@ -15,7 +15,7 @@ enum class RopeStyle { kNormal, kNeox };
 
 struct RopeParams {
   RopeStyle style = RopeStyle::kNormal;
-  int n_rot = 0;          // rotated dims per head (<= head_dim; the rest pass through)
+  int n_rot = 0;  // rotated dims per head (<= head_dim; the rest pass through)
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;  // linear position scaling (positions are multiplied by it)
 };

@@ -3,11 +3,11 @@
 // the states are merged per head (FlashInfer's merge of attention states).
 #include "kvcache/full_cache.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 namespace qevict {
 
@@ -17,8 +17,9 @@ FullKvCache::FullKvCache(const KvShape& shape, int64_t n_ctx, HalfType dtype)
 Status FullKvCache::begin(int64_t n_new) {
   if (n_new <= 0) return Status::error("a forward call needs at least one token");
   if (n_past_ + n_new > n_ctx_)
-    return Status::error(fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
-                                     n_past_, n_new, n_ctx_));
+    return Status::error(
+        fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
+                    n_past_, n_new, n_ctx_));
   const int64_t pages_needed = (n_past_ + n_new + kPageTokens - 1) / kPageTokens;
   const size_t page_elems = size_t(shape_.n_kv_heads) * kPageTokens * shape_.head_dim;
   for (auto& layer_pages : pages_) {
@@ -58,7 +59,8 @@ void FullKvCache::attend(int layer, const float* q, const float* k, const float*
   // few KV heads gives every thread work.
   const int64_t max_pages = (n_past_ + n_new_ + kPageTokens - 1) / kPageTokens;
   const int64_t base_tasks = n_new_ * hkv;
-  const int64_t segs = std::clamp<int64_t>((pool.size() * 4 + base_tasks - 1) / base_tasks, 1, max_pages);
+  const int64_t segs =
+      std::clamp<int64_t>((pool.size() * 4 + base_tasks - 1) / base_tasks, 1, max_pages);
   const int64_t n_tasks = base_tasks * segs;
   const int64_t state = int64_t(g) * (d + 2);  // per head: m, l, o[d]
   partial_.resize(size_t(n_tasks * state));
@@ -149,7 +151,8 @@ size_t FullKvCache::bytes_held() const {
 }
 
 std::string FullKvCache::describe() const {
-  return fmt::format("full ({}, pages of {} tokens)", dtype_ == HalfType::kF16 ? "f16" : "bf16", kPageTokens);
+  return fmt::format("full ({}, pages of {} tokens)", dtype_ == HalfType::kF16 ? "f16" : "bf16",
+                     kPageTokens);
 }
 
 }  // namespace qevict

@@ -7,12 +7,15 @@ namespace qevict {
 
 Status KvShape::validate() const {
   if (n_layers <= 0 || n_q_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0)
-    return Status::error(fmt::format("invalid KV shape: layers {} q_heads {} kv_heads {} head_dim {}",
-                                     n_layers, n_q_heads, n_kv_heads, head_dim));
+    return Status::error(
+        fmt::format("invalid KV shape: layers {} q_heads {} kv_heads {} head_dim {}", n_layers,
+                    n_q_heads, n_kv_heads, head_dim));
   if (n_q_heads % n_kv_heads != 0)
-    return Status::error(fmt::format("n_q_heads {} is not a multiple of n_kv_heads {}", n_q_heads, n_kv_heads));
+    return Status::error(
+        fmt::format("n_q_heads {} is not a multiple of n_kv_heads {}", n_q_heads, n_kv_heads));
   if (rope.n_rot < 0 || rope.n_rot > head_dim || rope.n_rot % 2 != 0)
-    return Status::error(fmt::format("rope dimension {} must be even and <= head_dim {}", rope.n_rot, head_dim));
+    return Status::error(
+        fmt::format("rope dimension {} must be even and <= head_dim {}", rope.n_rot, head_dim));
   return Status::ok();
 }
 

@@ -23,7 +23,7 @@ struct KvShape {
   int n_q_heads = 0;
   int n_kv_heads = 0;  // GQA: n_q_heads / n_kv_heads query heads share one KV head
   int head_dim = 0;
-  RopeParams rope;     // how keys were rotated (caches that re-rotate keys need it)
+  RopeParams rope;  // how keys were rotated (caches that re-rotate keys need it)
 
   int group() const { return n_q_heads / n_kv_heads; }
   int q_width() const { return n_q_heads * head_dim; }

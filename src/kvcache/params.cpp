@@ -1,9 +1,9 @@
 // KvCacheParams validation and the cache factory.
 #include "kvcache/params.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "kvcache/full_cache.h"
 #include "kvcache/policies/qevict_policy.h"
@@ -16,16 +16,24 @@ Status KvCacheParams::validate() const {
     return Status::error(fmt::format("unknown KV policy '{}' (known: full, qevict)", policy));
   if (policy == "full") return Status::ok();
   if (budget_fraction > 0.0 && budget_bytes > 0)
-    return Status::error("give the KV budget either as a fraction (--kv-budget) or in bytes (--kv-budget-bytes), not both");
+    return Status::error(
+        "give the KV budget either as a fraction (--kv-budget) or in bytes (--kv-budget-bytes), "
+        "not both");
   if (!(budget_fraction > 0.0) && budget_bytes <= 0)
-    return Status::error("the qevict policy needs a budget: --kv-budget FRACTION or --kv-budget-bytes N");
-  if (budget_fraction < 0.0 || std::isnan(budget_fraction)) return Status::error("--kv-budget must be positive");
-  if (!(q >= 0.0 && q <= 1.0)) return Status::error(fmt::format("--kv-q must be in [0, 1], got {}", q));
-  if (window < 1 || window > 4096) return Status::error(fmt::format("--kv-window must be in [1, 4096], got {}", window));
-  if (route_every < 1) return Status::error(fmt::format("--kv-route-every must be >= 1, got {}", route_every));
+    return Status::error(
+        "the qevict policy needs a budget: --kv-budget FRACTION or --kv-budget-bytes N");
+  if (budget_fraction < 0.0 || std::isnan(budget_fraction))
+    return Status::error("--kv-budget must be positive");
+  if (!(q >= 0.0 && q <= 1.0))
+    return Status::error(fmt::format("--kv-q must be in [0, 1], got {}", q));
+  if (window < 1 || window > 4096)
+    return Status::error(fmt::format("--kv-window must be in [1, 4096], got {}", window));
+  if (route_every < 1)
+    return Status::error(fmt::format("--kv-route-every must be >= 1, got {}", route_every));
   if (sink < 0) return Status::error("--kv-sink must be >= 0");
   if (local < 0) return Status::error("--kv-local must be >= 0");
-  if (bits != 2 && bits != 4) return Status::error(fmt::format("--kv-bits must be 2 or 4, got {}", bits));
+  if (bits != 2 && bits != 4)
+    return Status::error(fmt::format("--kv-bits must be 2 or 4, got {}", bits));
   if (value_group < 0) return Status::error("--kv-group must be >= 0");
   return Status::ok();
 }
@@ -35,21 +43,28 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
   QEVICT_RETURN_IF_ERROR(shape.validate());
   QEVICT_RETURN_IF_ERROR(p.validate());
   if (n_ctx <= 0) return Status::error("context size must be positive");
-  if (p.policy == "full") return std::unique_ptr<SequenceKvCache>(new FullKvCache(shape, n_ctx, p.dtype));
+  if (p.policy == "full")
+    return std::unique_ptr<SequenceKvCache>(new FullKvCache(shape, n_ctx, p.dtype));
   QuantLayout ql{p.bits, shape.n_kv_heads, shape.head_dim, p.window, p.value_group};
   QEVICT_RETURN_IF_ERROR(ql.validate());
-  if (shape.head_dim > 1024) return Status::error("head_dim above 1024 is not supported by the low-bit tier");
+  if (shape.head_dim > 1024)
+    return Status::error("head_dim above 1024 is not supported by the low-bit tier");
   const size_t token_bytes = size_t(2) * shape.n_kv_heads * shape.head_dim * 2;
   const size_t m_f = size_t(p.window) * token_bytes;
-  const size_t budget = p.budget_bytes > 0 ? size_t(p.budget_bytes)
-                                           : size_t(std::floor(p.budget_fraction * double(n_ctx) * double(token_bytes)));
-  const size_t fixed = size_t(p.sink) * token_bytes + size_t((p.local + p.window - 1) / p.window + 1) * m_f;
+  const size_t budget =
+      p.budget_bytes > 0
+          ? size_t(p.budget_bytes)
+          : size_t(std::floor(p.budget_fraction * double(n_ctx) * double(token_bytes)));
+  const size_t fixed =
+      size_t(p.sink) * token_bytes + size_t((p.local + p.window - 1) / p.window + 1) * m_f;
   if (budget <= fixed)
     return Status::error(fmt::format(
-        "KV budget of {} bytes per layer does not cover the sink ({} tokens) and local region ({} tokens, {} "
+        "KV budget of {} bytes per layer does not cover the sink ({} tokens) and local region ({} "
+        "tokens, {} "
         "windows of {}): they need {} bytes; raise --kv-budget or lower --kv-sink/--kv-local",
         budget, p.sink, p.local, (p.local + p.window - 1) / p.window + 1, p.window, fixed));
-  return std::unique_ptr<SequenceKvCache>(new TieredKvCache(shape, n_ctx, p, std::make_unique<QEvictPolicy>()));
+  return std::unique_ptr<SequenceKvCache>(
+      new TieredKvCache(shape, n_ctx, p, std::make_unique<QEvictPolicy>()));
 }
 
 }  // namespace qevict

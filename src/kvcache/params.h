@@ -12,21 +12,21 @@
 namespace qevict {
 
 struct KvCacheParams {
-  std::string policy = "full";    // "full" | "qevict"
+  std::string policy = "full";      // "full" | "qevict"
   HalfType dtype = HalfType::kF16;  // full-precision storage type
   // Budget per layer: a fraction of the full-precision cache for n_ctx tokens (the paper's
   // "20 % budget") or an exact byte count. One of the two must be set for qevict.
   double budget_fraction = 0.0;
   int64_t budget_bytes = 0;
-  double q = 0.70;          // share of the history budget given to the low-bit tier
-  int window = 8;           // ω: tokens per window
-  int route_every = 8;      // Ω: decode steps between routing events
-  int sink = 5;             // S: first tokens, always full precision
-  int local = 32;           // L: newest tokens, always full precision
-  int bits = 2;             // low-bit tier: 2 or 4
-  int value_group = 0;      // g: value quantization group (0: head_dim)
+  double q = 0.70;             // share of the history budget given to the low-bit tier
+  int window = 8;              // ω: tokens per window
+  int route_every = 8;         // Ω: decode steps between routing events
+  int sink = 5;                // S: first tokens, always full precision
+  int local = 32;              // L: newest tokens, always full precision
+  int bits = 2;                // low-bit tier: 2 or 4
+  int value_group = 0;         // g: value quantization group (0: head_dim)
   bool strict_ledger = false;  // charge ledger copies of promoted windows to the budget
-  std::string trace_path;   // --kv-trace: JSONL record per routing event
+  std::string trace_path;      // --kv-trace: JSONL record per routing event
 
   Status validate() const;
 };

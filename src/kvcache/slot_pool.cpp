@@ -25,7 +25,8 @@ void SlotPool::release(int32_t slot) {
 
 void SlotPool::reset() {
   free_.clear();
-  for (int32_t s = static_cast<int32_t>(chunks_.size() * kChunkSlots) - 1; s >= 0; --s) free_.push_back(s);
+  for (int32_t s = static_cast<int32_t>(chunks_.size() * kChunkSlots) - 1; s >= 0; --s)
+    free_.push_back(s);
   in_use_ = 0;
 }
 

@@ -23,7 +23,9 @@ class SlotPool {
   // Returns a free slot id (growing by one chunk when none is free).
   int32_t acquire();
   void release(int32_t slot);
-  uint8_t* at(int32_t slot) { return chunks_[size_t(slot) / kChunkSlots].get() + size_t(slot % kChunkSlots) * slot_bytes_; }
+  uint8_t* at(int32_t slot) {
+    return chunks_[size_t(slot) / kChunkSlots].get() + size_t(slot % kChunkSlots) * slot_bytes_;
+  }
   const uint8_t* at(int32_t slot) const {
     return chunks_[size_t(slot) / kChunkSlots].get() + size_t(slot % kChunkSlots) * slot_bytes_;
   }

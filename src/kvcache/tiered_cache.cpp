@@ -1,12 +1,12 @@
 // TieredKvCache (see tiered_cache.h).
 #include "kvcache/tiered_cache.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "kernels/ops.h"
 
@@ -14,7 +14,9 @@ namespace qevict {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 }  // namespace
 
 TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams& params,
@@ -25,8 +27,10 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
   m_f_ = size_t(2) * H * W * d * sizeof(uint16_t);
   m_q_ = qlayout_.window_bytes();
   const size_t token_bytes = size_t(2) * H * d * sizeof(uint16_t);
-  budget_total_ = p_.budget_bytes > 0 ? size_t(p_.budget_bytes)
-                                      : size_t(std::floor(p_.budget_fraction * double(n_ctx) * double(token_bytes)));
+  budget_total_ =
+      p_.budget_bytes > 0
+          ? size_t(p_.budget_bytes)
+          : size_t(std::floor(p_.budget_fraction * double(n_ctx) * double(token_bytes)));
   const size_t b_sink = size_t(p_.sink) * token_bytes;
   const size_t b_local = size_t((p_.local + W - 1) / W + 1) * m_f_;
   const size_t b_hist = budget_total_ > b_sink + b_local ? budget_total_ - b_sink - b_local : 0;
@@ -56,8 +60,9 @@ TieredKvCache::~TieredKvCache() {
 Status TieredKvCache::begin(int64_t n_new) {
   if (n_new <= 0) return Status::error("a forward call needs at least one token");
   if (n_past_ + n_new > n_ctx_)
-    return Status::error(fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
-                                     n_past_, n_new, n_ctx_));
+    return Status::error(
+        fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
+                    n_past_, n_new, n_ctx_));
   if (!p_.trace_path.empty() && !trace_)
     return Status::error(fmt::format("{}: cannot write the KV trace", p_.trace_path));
   rope_.ensure(n_past_ + n_new);
@@ -70,7 +75,8 @@ uint16_t* TieredKvCache::f_k(Layer& L, int32_t slot, int h) const {
 }
 
 uint16_t* TieredKvCache::f_v(Layer& L, int32_t slot, int h) const {
-  return reinterpret_cast<uint16_t*>(L.fpool.at(slot)) + size_t(shape_.n_kv_heads + h) * p_.window * shape_.head_dim;
+  return reinterpret_cast<uint16_t*>(L.fpool.at(slot)) +
+         size_t(shape_.n_kv_heads + h) * p_.window * shape_.head_dim;
 }
 
 void TieredKvCache::store_token(Layer& L, int64_t pos, const float* k, const float* v) {
@@ -143,7 +149,8 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   // threads (decode).
   constexpr int64_t kRun = 16;
   const int64_t per_token = int64_t(H) * nb * g * 2;
-  const int64_t T = std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(per_token, 1), 1, n_new_);
+  const int64_t T =
+      std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(per_token, 1), 1, n_new_);
   const int st = attn_state_stride(d);
   FusedAttnParams fp;
   fp.dtype = p_.dtype;
@@ -161,7 +168,7 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
     const int64_t base = runs * H;
     const int64_t segs = std::clamp<int64_t>((pool.size() * 4 + base - 1) / base, 1, nb);
     parts_.resize(size_t(tn * H * segs) * g * st);  // [token][head][seg][g][st]
-    block_ml_.resize(size_t(tn) * ml_tok);         // [token][head][block][g][2]
+    block_ml_.resize(size_t(tn) * ml_tok);          // [token][head][block][g][2]
     pool.parallel_for(base * segs, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t task = b0; task < b1; ++task) {
         const int64_t s = task % segs, h = (task / segs) % H, r = task / segs / H;
@@ -173,22 +180,24 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
         thread_local std::vector<float> run_state;
         run_state.resize(size_t(nq) * g * st);
         for (int64_t i = 0; i < nq; ++i) attn_state_init(run_state.data() + i * g * st, g, d);
-        fused_attention_partial(hp, q + (t0 + i0) * qw + h * g * d, qw, int(nq), n_past_ + t0 + i0,
-                                blocks_.data() + h * nb + blo, bhi - blo, run_state.data(),
-                                block_ml_.data() + size_t(i0) * ml_tok + (size_t(h) * nb + blo) * g * 2, ml_tok);
+        fused_attention_partial(
+            hp, q + (t0 + i0) * qw + h * g * d, qw, int(nq), n_past_ + t0 + i0,
+            blocks_.data() + h * nb + blo, bhi - blo, run_state.data(),
+            block_ml_.data() + size_t(i0) * ml_tok + (size_t(h) * nb + blo) * g * 2, ml_tok);
         for (int64_t i = 0; i < nq; ++i)
-          std::memcpy(parts_.data() + ((size_t(i0 + i) * H + h) * segs + s) * g * st, run_state.data() + i * g * st,
-                      sizeof(float) * g * st);
+          std::memcpy(parts_.data() + ((size_t(i0 + i) * H + h) * segs + s) * g * st,
+                      run_state.data() + i * g * st, sizeof(float) * g * st);
       }
     });
     // Merge segments per (token, head) and turn block (m_b, l_b) into masses (Eq. 1).
     for (int64_t t = 0; t < tn; ++t) {
       for (int h = 0; h < H; ++h) {
-        attn_merge(parts_.data() + ((size_t(t) * H + h) * segs) * g * st, int(segs), int64_t(g) * st, g, d,
-                   out + (t0 + t) * qw + h * g * d, gml_.data());
+        attn_merge(parts_.data() + ((size_t(t) * H + h) * segs) * g * st, int(segs),
+                   int64_t(g) * st, g, d, out + (t0 + t) * qw + h * g * d, gml_.data());
         const float* ml = block_ml_.data() + size_t(t) * ml_tok + size_t(h) * nb * g * 2;
         for (int b = 0; b < nb; ++b)
-          for (int j = 0; j < g; ++j) mass_acc_[b] += attn_block_mass(ml + (size_t(b) * g + j) * 2, gml_.data() + 2 * j);
+          for (int j = 0; j < g; ++j)
+            mass_acc_[b] += attn_block_mass(ml + (size_t(b) * g + j) * 2, gml_.data() + 2 * j);
       }
     }
   }
@@ -221,8 +230,10 @@ void TieredKvCache::demote(Layer& L, Window& w, int32_t id) {
       for (int t = 0; t < w.n; ++t) {
         float* kr = kp.data() + (size_t(t) * H + h) * d;
         half_to_f32(p_.dtype, f_k(L, w.f_slot, h) + size_t(t) * d, kr, d);
-        rope_apply(rope_.params(), rope_.cos_at(pos0 + t), rope_.sin_at(pos0 + t), kr, 1, d, d, /*inverse=*/true);
-        half_to_f32(p_.dtype, f_v(L, w.f_slot, h) + size_t(t) * d, vp.data() + (size_t(t) * H + h) * d, d);
+        rope_apply(rope_.params(), rope_.cos_at(pos0 + t), rope_.sin_at(pos0 + t), kr, 1, d, d,
+                   /*inverse=*/true);
+        half_to_f32(p_.dtype, f_v(L, w.f_slot, h) + size_t(t) * d,
+                    vp.data() + (size_t(t) * H + h) * d, d);
       }
     }
     w.q_slot = L.qpool.acquire();
@@ -251,7 +262,8 @@ void TieredKvCache::promote(Layer& L, Window& w, int32_t id) {
   for (int h = 0; h < H; ++h) {
     dequantize_window_head(qlayout_, L.qpool.at(w.q_slot), h, w.n, kb.data(), vb.data());
     for (int t = 0; t < w.n; ++t)
-      rope_apply(rope_.params(), rope_.cos_at(pos0 + t), rope_.sin_at(pos0 + t), kb.data() + size_t(t) * d, 1, d, d);
+      rope_apply(rope_.params(), rope_.cos_at(pos0 + t), rope_.sin_at(pos0 + t),
+                 kb.data() + size_t(t) * d, 1, d, d);
     f32_to_half(p_.dtype, kb.data(), f_k(L, w.f_slot, h), int64_t(w.n) * d);
     f32_to_half(p_.dtype, vb.data(), f_v(L, w.f_slot, h), int64_t(w.n) * d);
   }
@@ -327,8 +339,9 @@ void TieredKvCache::route_layer(int layer) {
       if (id) scores += ',';
       scores += fmt::format("{:.4g}", L.windows[id].score);
     }
-    std::fprintf(trace_, "{\"event\":%lld,\"n_past\":%lld,\"layer\":%d,\"tiers\":\"%s\",\"scores\":[%s]}\n",
-                 (long long)routing_events_, (long long)n_past_, layer, tiers.c_str(), scores.c_str());
+    std::fprintf(
+        trace_, "{\"event\":%lld,\"n_past\":%lld,\"layer\":%d,\"tiers\":\"%s\",\"scores\":[%s]}\n",
+        (long long)routing_events_, (long long)n_past_, layer, tiers.c_str(), scores.c_str());
   }
 }
 
@@ -380,16 +393,21 @@ size_t TieredKvCache::budgeted_bytes_in_use(int layer) const {
 size_t TieredKvCache::bytes_held() const {
   size_t b = rope_.bytes();
   for (const Layer& L : layers_)
-    b += (L.sink_k.capacity() + L.sink_v.capacity()) * sizeof(uint16_t) + L.fpool.bytes_allocated() +
-         L.qpool.bytes_allocated() + L.windows.capacity() * sizeof(Window);
-  b += (parts_.capacity() + block_ml_.capacity()) * sizeof(float) + mass_acc_.capacity() * sizeof(double);
+    b += (L.sink_k.capacity() + L.sink_v.capacity()) * sizeof(uint16_t) +
+         L.fpool.bytes_allocated() + L.qpool.bytes_allocated() +
+         L.windows.capacity() * sizeof(Window);
+  b += (parts_.capacity() + block_ml_.capacity()) * sizeof(float) +
+       mass_acc_.capacity() * sizeof(double);
   return b;
 }
 
 std::string TieredKvCache::describe() const {
-  return fmt::format("{} (budget {:.1f} KiB/layer, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, M_q {} B)",
-                     policy_->name(), budget_total_ / 1024.0, rbudget_.full_bytes / m_f_, rbudget_.quant_bytes / m_q_,
-                     p_.window, p_.route_every, p_.sink, p_.local, p_.bits, m_f_, m_q_);
+  return fmt::format(
+      "{} (budget {:.1f} KiB/layer, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, M_q {} "
+      "B)",
+      policy_->name(), budget_total_ / 1024.0, rbudget_.full_bytes / m_f_,
+      rbudget_.quant_bytes / m_q_, p_.window, p_.route_every, p_.sink, p_.local, p_.bits, m_f_,
+      m_q_);
 }
 
 TierStats TieredKvCache::stats() const {
@@ -408,10 +426,18 @@ TierStats TieredKvCache::stats() const {
     TierLayerStats ls = L.st;
     for (const Window& w : L.windows) {
       switch (w.tier) {
-        case Tier::kLocal: ++ls.windows_local; break;
-        case Tier::kFull: ++ls.windows_full; break;
-        case Tier::kQuant: ++ls.windows_quant; break;
-        case Tier::kEvicted: ++ls.windows_evicted; break;
+        case Tier::kLocal:
+          ++ls.windows_local;
+          break;
+        case Tier::kFull:
+          ++ls.windows_full;
+          break;
+        case Tier::kQuant:
+          ++ls.windows_quant;
+          break;
+        case Tier::kEvicted:
+          ++ls.windows_evicted;
+          break;
       }
       if (w.tier == Tier::kFull && w.q_slot >= 0) ls.bytes_ledger_of_full += m_q_;
     }
@@ -424,8 +450,12 @@ TierStats TieredKvCache::stats() const {
   return s;
 }
 
-Tier TieredKvCache::window_tier(int layer, int32_t window) const { return layers_[layer].windows[window].tier; }
-double TieredKvCache::window_score(int layer, int32_t window) const { return layers_[layer].windows[window].score; }
+Tier TieredKvCache::window_tier(int layer, int32_t window) const {
+  return layers_[layer].windows[window].tier;
+}
+double TieredKvCache::window_score(int layer, int32_t window) const {
+  return layers_[layer].windows[window].score;
+}
 
 std::vector<uint8_t> TieredKvCache::window_ledger(int layer, int32_t window) const {
   const Layer& L = layers_[layer];
@@ -448,10 +478,14 @@ void TieredKvCache::force_tier(int layer, int32_t window, Tier t) {
   Layer& L = layers_[layer];
   Window& w = L.windows[window];
   if (t == w.tier) return;
-  if (t == Tier::kQuant) demote(L, w, window);
-  else if (t == Tier::kFull && w.tier == Tier::kQuant) promote(L, w, window);
-  else if (t == Tier::kEvicted) evict(L, w);
-  else w.tier = t;
+  if (t == Tier::kQuant)
+    demote(L, w, window);
+  else if (t == Tier::kFull && w.tier == Tier::kQuant)
+    promote(L, w, window);
+  else if (t == Tier::kEvicted)
+    evict(L, w);
+  else
+    w.tier = t;
 }
 
 }  // namespace qevict

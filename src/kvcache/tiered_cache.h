@@ -28,11 +28,11 @@ namespace qevict {
 struct TierLayerStats {
   int64_t windows_full = 0, windows_quant = 0, windows_evicted = 0, windows_local = 0;
   int64_t promotions = 0, demotions = 0, evictions = 0, quantizations = 0;
-  int64_t evicted_at_first_routing = 0;  // young-window evictions (SPEC §8)
-  int64_t aged = 0;                      // windows that left the local region
+  int64_t evicted_at_first_routing = 0;                    // young-window evictions (SPEC §8)
+  int64_t aged = 0;                                        // windows that left the local region
   size_t bytes_sink = 0, bytes_full = 0, bytes_quant = 0;  // in use
-  size_t bytes_ledger_of_full = 0;       // ledger entries held by windows now in F
-  size_t bytes_allocated = 0;            // pools + sink, what the process holds
+  size_t bytes_ledger_of_full = 0;  // ledger entries held by windows now in F
+  size_t bytes_allocated = 0;       // pools + sink, what the process holds
 };
 
 struct TierStats {
@@ -86,16 +86,16 @@ class TieredKvCache final : public SequenceKvCache {
  private:
   struct Window {
     Tier tier = Tier::kLocal;
-    int32_t f_slot = -1;   // full-precision slot (local or F)
-    int32_t q_slot = -1;   // ledger entry (Q, or F after promotion)
-    int32_t n = 0;         // tokens written
+    int32_t f_slot = -1;  // full-precision slot (local or F)
+    int32_t q_slot = -1;  // ledger entry (Q, or F after promotion)
+    int32_t n = 0;        // tokens written
     double score = 0.0;
-    bool routed = false;   // has been through at least one routing event since aging
+    bool routed = false;  // has been through at least one routing event since aging
   };
   struct Layer {
     std::vector<uint16_t> sink_k, sink_v;  // half [n_kv_heads][S][head_dim]
     std::vector<Window> windows;
-    SlotPool fpool, qpool;                 // f16 K|V [n_kv_heads][ω][head_dim] each; ledger
+    SlotPool fpool, qpool;  // f16 K|V [n_kv_heads][ω][head_dim] each; ledger
     std::vector<double> sink_score;
     TierLayerStats st;
   };
@@ -115,8 +115,8 @@ class TieredKvCache final : public SequenceKvCache {
   std::unique_ptr<RoutingPolicy> policy_;
   QuantLayout qlayout_;
   RopeTable rope_;
-  size_t m_f_ = 0, m_q_ = 0;       // bytes of one window in F / Q
-  size_t budget_total_ = 0;         // B_total per layer
+  size_t m_f_ = 0, m_q_ = 0;  // bytes of one window in F / Q
+  size_t budget_total_ = 0;   // B_total per layer
   RoutingBudget rbudget_;
   std::vector<Layer> layers_;
   int64_t n_past_ = 0, n_new_ = 0;

@@ -4,10 +4,10 @@
 // embedding when the file has no output.weight).
 #include "model/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "kernels/ops.h"
 #include "kernels/ref/dequant.h"
@@ -69,12 +69,13 @@ Expected<WeightView> Model::weight(const std::string& name, int64_t n_cols, int6
   const GgufTensorInfo* t = file_->find_tensor(name);
   if (!t) return Status::error(fmt::format("{}: missing tensor '{}'", file_->path(), name));
   if (t->dims.size() != 2 || t->dims[0] != n_cols || t->dims[1] != n_rows)
-    return Status::error(fmt::format("{}: tensor '{}' has shape [{}, {}], expected [{}, {}]", file_->path(), name,
-                                     t->ne(0), t->ne(1), n_cols, n_rows));
+    return Status::error(fmt::format("{}: tensor '{}' has shape [{}, {}], expected [{}, {}]",
+                                     file_->path(), name, t->ne(0), t->ne(1), n_cols, n_rows));
   const GgmlTypeInfo* ti = ggml_type_info(t->type);
   if (!ref::can_dequantize(t->type))
-    return Status::error(fmt::format("{}: tensor '{}' has type {}, which this engine cannot compute with yet",
-                                     file_->path(), name, ti ? ti->name : "?"));
+    return Status::error(
+        fmt::format("{}: tensor '{}' has type {}, which this engine cannot compute with yet",
+                    file_->path(), name, ti ? ti->name : "?"));
   WeightView w;
   w.type = t->type;
   w.data = t->data;
@@ -92,9 +93,11 @@ Expected<const float*> Model::vector_f32(const std::string& name, int64_t n, boo
     return Status::error(fmt::format("{}: missing tensor '{}'", file_->path(), name));
   }
   if (t->n_elements != n)
-    return Status::error(fmt::format("{}: tensor '{}' has {} elements, expected {}", file_->path(), name, t->n_elements, n));
+    return Status::error(fmt::format("{}: tensor '{}' has {} elements, expected {}", file_->path(),
+                                     name, t->n_elements, n));
   if (!ref::can_dequantize(t->type))
-    return Status::error(fmt::format("{}: tensor '{}' has an unsupported type", file_->path(), name));
+    return Status::error(
+        fmt::format("{}: tensor '{}' has an unsupported type", file_->path(), name));
   if (t->type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
     return reinterpret_cast<const float*>(t->data);
   owned_.push_back(std::make_unique<std::vector<float>>(n));
@@ -152,35 +155,46 @@ Status Model::bind_weights() {
 }
 
 void Model::embed(int32_t token, float* out) const {
-  ref::dequantize_row(tok_embd_.type, tok_embd_.data + size_t(token) * tok_embd_.row_bytes, out, tok_embd_.n_cols);
+  ref::dequantize_row(tok_embd_.type, tok_embd_.data + size_t(token) * tok_embd_.row_bytes, out,
+                      tok_embd_.n_cols);
 }
 
 Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
   const ModelConfig& c = config_;
   int64_t N = 0, n_out = 0;
   for (const auto& s : segments) {
-    if (!s.cache || !s.tokens || s.n_tokens <= 0) return Status::error("forward: empty batch segment");
+    if (!s.cache || !s.tokens || s.n_tokens <= 0)
+      return Status::error("forward: empty batch segment");
     for (int64_t i = 0; i < s.n_tokens; ++i)
       if (s.tokens[i] < 0 || s.tokens[i] >= c.n_vocab)
-        return Status::error(fmt::format("forward: token id {} out of range [0, {})", s.tokens[i], c.n_vocab));
+        return Status::error(
+            fmt::format("forward: token id {} out of range [0, {})", s.tokens[i], c.n_vocab));
     N += s.n_tokens;
     n_out += s.all_logits ? s.n_tokens : 1;
   }
   if (N == 0) return Status::ok();
   for (size_t i = 0; i < segments.size(); ++i) {
     for (size_t j = 0; j < i; ++j)
-      if (segments[j].cache == segments[i].cache) return Status::error("forward: a sequence appears twice in one batch");
+      if (segments[j].cache == segments[i].cache)
+        return Status::error("forward: a sequence appears twice in one batch");
     Status st = segments[i].cache->begin(segments[i].n_tokens);
     if (!st) return st;  // caches begun before i hold no new tokens until commit; nothing to undo
   }
 
-  const int64_t E = c.n_embd, qw = int64_t(c.n_heads) * c.head_dim, kvw = int64_t(c.n_kv_heads) * c.head_dim;
+  const int64_t E = c.n_embd, qw = int64_t(c.n_heads) * c.head_dim,
+                kvw = int64_t(c.n_kv_heads) * c.head_dim;
   const int64_t F = c.n_ff, R = c.rope.n_rot / 2;
   auto grow = [](std::vector<float>& v, int64_t n) {
     if (int64_t(v.size()) < n) v.resize(size_t(n));
   };
-  grow(x_, N * E); grow(xn_, N * E); grow(qkv_, N * (qw + 2 * kvw)); grow(attn_, N * qw);
-  grow(tmp_, N * E); grow(gu_, N * 2 * F); grow(h_, N * F); grow(rope_cs_, N * 2 * R);
+  grow(x_, N * E);
+  grow(xn_, N * E);
+  grow(qkv_, N * (qw + 2 * kvw));
+  grow(attn_, N * qw);
+  grow(tmp_, N * E);
+  grow(gu_, N * 2 * F);
+  grow(h_, N * F);
+  grow(rope_cs_, N * 2 * R);
 
   // Embeddings and the RoPE angles of every token's position (shared by all layers).
   {
@@ -197,24 +211,34 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
   const int64_t ldqkv = qw + 2 * kvw;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
-    for (int64_t t = 0; t < N; ++t) rmsnorm(x_.data() + t * E, L.attn_norm, xn_.data() + t * E, E, c.norm_eps);
+    for (int64_t t = 0; t < N; ++t)
+      rmsnorm(x_.data() + t * E, L.attn_norm, xn_.data() + t * E, E, c.norm_eps);
     float* q = qkv_.data();
     float* k = q + qw;
     float* v = k + kvw;
-    parallel_matmul(pool, {{&L.wq, xn_.data(), E, q, ldqkv}, {&L.wk, xn_.data(), E, k, ldqkv}, {&L.wv, xn_.data(), E, v, ldqkv}}, N);
+    parallel_matmul(pool,
+                    {{&L.wq, xn_.data(), E, q, ldqkv},
+                     {&L.wk, xn_.data(), E, k, ldqkv},
+                     {&L.wv, xn_.data(), E, v, ldqkv}},
+                    N);
     for (int64_t t = 0; t < N; ++t) {
       float* qt = q + t * ldqkv;
       float* kt = k + t * ldqkv;
       float* vt = v + t * ldqkv;
-      if (L.bq) for (int64_t i = 0; i < qw; ++i) qt[i] += L.bq[i];
-      if (L.bk) for (int64_t i = 0; i < kvw; ++i) kt[i] += L.bk[i];
-      if (L.bv) for (int64_t i = 0; i < kvw; ++i) vt[i] += L.bv[i];
+      if (L.bq)
+        for (int64_t i = 0; i < qw; ++i) qt[i] += L.bq[i];
+      if (L.bk)
+        for (int64_t i = 0; i < kvw; ++i) kt[i] += L.bk[i];
+      if (L.bv)
+        for (int64_t i = 0; i < kvw; ++i) vt[i] += L.bv[i];
       const float* cs = rope_cs_.data() + t * 2 * R;
       rope_apply(c.rope, cs, cs + R, qt, c.n_heads, c.head_dim, c.head_dim);
       rope_apply(c.rope, cs, cs + R, kt, c.n_kv_heads, c.head_dim, c.head_dim);
     }
     // The caches take contiguous [n][width] blocks: split the fused QKV rows per segment.
-    grow(q_, N * qw); grow(k_, N * kvw); grow(v_, N * kvw);
+    grow(q_, N * qw);
+    grow(k_, N * kvw);
+    grow(v_, N * kvw);
     for (int64_t t = 0; t < N; ++t) {
       std::memcpy(q_.data() + t * qw, q + t * ldqkv, sizeof(float) * qw);
       std::memcpy(k_.data() + t * kvw, k + t * ldqkv, sizeof(float) * kvw);
@@ -222,15 +246,21 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
     }
     int64_t t0 = 0;
     for (auto& s : segments) {
-      s.cache->attend(l, q_.data() + t0 * qw, k_.data() + t0 * kvw, v_.data() + t0 * kvw, attn_.data() + t0 * qw, pool);
+      s.cache->attend(l, q_.data() + t0 * qw, k_.data() + t0 * kvw, v_.data() + t0 * kvw,
+                      attn_.data() + t0 * qw, pool);
       t0 += s.n_tokens;
     }
     parallel_matmul(pool, {{&L.wo, attn_.data(), qw, tmp_.data(), E}}, N);
     for (int64_t i = 0; i < N * E; ++i) x_[i] += tmp_[i];
 
-    for (int64_t t = 0; t < N; ++t) rmsnorm(x_.data() + t * E, L.ffn_norm, xn_.data() + t * E, E, c.norm_eps);
-    parallel_matmul(pool, {{&L.w_gate, xn_.data(), E, gu_.data(), 2 * F}, {&L.w_up, xn_.data(), E, gu_.data() + F, 2 * F}}, N);
-    for (int64_t t = 0; t < N; ++t) swiglu(gu_.data() + t * 2 * F, gu_.data() + t * 2 * F + F, h_.data() + t * F, F);
+    for (int64_t t = 0; t < N; ++t)
+      rmsnorm(x_.data() + t * E, L.ffn_norm, xn_.data() + t * E, E, c.norm_eps);
+    parallel_matmul(pool,
+                    {{&L.w_gate, xn_.data(), E, gu_.data(), 2 * F},
+                     {&L.w_up, xn_.data(), E, gu_.data() + F, 2 * F}},
+                    N);
+    for (int64_t t = 0; t < N; ++t)
+      swiglu(gu_.data() + t * 2 * F, gu_.data() + t * 2 * F + F, h_.data() + t * F, F);
     parallel_matmul(pool, {{&L.w_down, h_.data(), F, tmp_.data(), E}}, N);
     for (int64_t i = 0; i < N * E; ++i) x_[i] += tmp_[i];
   }
@@ -248,7 +278,8 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
   int64_t o = 0;
   for (auto& s : segments) {
     const int64_t n = s.all_logits ? s.n_tokens : 1;
-    if (s.logits) parallel_matmul(pool, {{&output_, xn_.data() + o * E, E, s.logits, c.n_vocab}}, n);
+    if (s.logits)
+      parallel_matmul(pool, {{&output_, xn_.data() + o * E, E, s.logits, c.n_vocab}}, n);
     o += n;
   }
   for (auto& s : segments) s.cache->commit();

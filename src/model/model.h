@@ -24,9 +24,9 @@ struct LayerWeights {
   const float* bq = nullptr;         // F32 [n_heads*head_dim] (qwen2), else null
   const float* bk = nullptr;         // F32 [n_kv_heads*head_dim]
   const float* bv = nullptr;
-  const float* ffn_norm = nullptr;   // F32 [n_embd]
-  WeightView w_gate, w_up;           // [n_ff rows][n_embd]
-  WeightView w_down;                 // [n_embd rows][n_ff]
+  const float* ffn_norm = nullptr;  // F32 [n_embd]
+  WeightView w_gate, w_up;          // [n_ff rows][n_embd]
+  WeightView w_down;                // [n_embd rows][n_ff]
 };
 
 // One sequence's part of a batch: its tokens are appended to its cache.
@@ -73,15 +73,15 @@ class Model {
   size_t weight_bytes_ = 0;
 
   // Scratch for forward(), grown on demand. Shapes for N batch tokens:
-  std::vector<float> x_;       // [N][n_embd] residual stream
-  std::vector<float> xn_;      // [N][n_embd] normalized input
-  std::vector<float> qkv_;     // [N][q_width + 2*kv_width]
+  std::vector<float> x_;          // [N][n_embd] residual stream
+  std::vector<float> xn_;         // [N][n_embd] normalized input
+  std::vector<float> qkv_;        // [N][q_width + 2*kv_width]
   std::vector<float> q_, k_, v_;  // [N][q_width], [N][kv_width] x2
-  std::vector<float> attn_;    // [N][q_width]
-  std::vector<float> tmp_;     // [N][n_embd]
-  std::vector<float> gu_;      // [N][2*n_ff] gate | up
-  std::vector<float> h_;       // [N][n_ff]
-  std::vector<float> rope_cs_; // [N][n_rot] cos | sin per token
+  std::vector<float> attn_;       // [N][q_width]
+  std::vector<float> tmp_;        // [N][n_embd]
+  std::vector<float> gu_;         // [N][2*n_ff] gate | up
+  std::vector<float> h_;          // [N][n_ff]
+  std::vector<float> rope_cs_;    // [N][n_rot] cos | sin per token
 };
 
 }  // namespace qevict

@@ -116,19 +116,44 @@ namespace {
 // Encodes one parsed scalar (or string) of type t as it is stored on disk.
 void put_value(std::vector<uint8_t>& out, GgufValueType t, const GgufValue& v) {
   switch (t) {
-    case GgufValueType::kUint8: put<uint8_t>(out, static_cast<uint8_t>(v.u)); break;
-    case GgufValueType::kInt8: put<int8_t>(out, static_cast<int8_t>(v.i)); break;
-    case GgufValueType::kUint16: put<uint16_t>(out, static_cast<uint16_t>(v.u)); break;
-    case GgufValueType::kInt16: put<int16_t>(out, static_cast<int16_t>(v.i)); break;
-    case GgufValueType::kUint32: put<uint32_t>(out, static_cast<uint32_t>(v.u)); break;
-    case GgufValueType::kInt32: put<int32_t>(out, static_cast<int32_t>(v.i)); break;
-    case GgufValueType::kFloat32: put<float>(out, static_cast<float>(v.f)); break;
-    case GgufValueType::kBool: put<uint8_t>(out, static_cast<uint8_t>(v.u != 0)); break;
-    case GgufValueType::kString: put_string(out, v.s); break;
-    case GgufValueType::kUint64: put<uint64_t>(out, v.u); break;
-    case GgufValueType::kInt64: put<int64_t>(out, v.i); break;
-    case GgufValueType::kFloat64: put<double>(out, v.f); break;
-    case GgufValueType::kArray: break;  // nested arrays are not valid GGUF
+    case GgufValueType::kUint8:
+      put<uint8_t>(out, static_cast<uint8_t>(v.u));
+      break;
+    case GgufValueType::kInt8:
+      put<int8_t>(out, static_cast<int8_t>(v.i));
+      break;
+    case GgufValueType::kUint16:
+      put<uint16_t>(out, static_cast<uint16_t>(v.u));
+      break;
+    case GgufValueType::kInt16:
+      put<int16_t>(out, static_cast<int16_t>(v.i));
+      break;
+    case GgufValueType::kUint32:
+      put<uint32_t>(out, static_cast<uint32_t>(v.u));
+      break;
+    case GgufValueType::kInt32:
+      put<int32_t>(out, static_cast<int32_t>(v.i));
+      break;
+    case GgufValueType::kFloat32:
+      put<float>(out, static_cast<float>(v.f));
+      break;
+    case GgufValueType::kBool:
+      put<uint8_t>(out, static_cast<uint8_t>(v.u != 0));
+      break;
+    case GgufValueType::kString:
+      put_string(out, v.s);
+      break;
+    case GgufValueType::kUint64:
+      put<uint64_t>(out, v.u);
+      break;
+    case GgufValueType::kInt64:
+      put<int64_t>(out, v.i);
+      break;
+    case GgufValueType::kFloat64:
+      put<double>(out, v.f);
+      break;
+    case GgufValueType::kArray:
+      break;  // nested arrays are not valid GGUF
   }
 }
 

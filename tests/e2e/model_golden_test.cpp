@@ -71,15 +71,16 @@ TEST_F(ModelGolden, TeacherForcedLogitsMatchLlamaCpp) {
     } else {
       // A disagreement is acceptable only at a near-tie in llama.cpp's own logits.
       EXPECT_LT(want[0] - z[ids[0]] + (z[best] - want[0]), 0.2)
-          << "top-1 differs at position " << pos << ": ours " << best << " (" << z[best] << "), llama.cpp "
-          << ids[0] << " (" << want[0] << ")";
+          << "top-1 differs at position " << pos << ": ours " << best << " (" << z[best]
+          << "), llama.cpp " << ids[0] << " (" << want[0] << ")";
     }
     for (size_t k = 0; k < ids.size(); ++k) {
       const double d = std::fabs(z[ids[k]] - want[k]);
       if (d > worst) {
         worst = d;
-        worst_where = "position " + std::to_string(pos) + " token " + std::to_string(ids[k]) + ": ours " +
-                      std::to_string(z[ids[k]]) + " llama.cpp " + std::to_string(want[k]);
+        worst_where = "position " + std::to_string(pos) + " token " + std::to_string(ids[k]) +
+                      ": ours " + std::to_string(z[ids[k]]) + " llama.cpp " +
+                      std::to_string(want[k]);
       }
     }
   }
@@ -108,8 +109,10 @@ TEST_F(ModelGolden, GreedyGenerationMatchesLlamaCpp) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (got[i] == want[i]) continue;
     const double l0 = g["top2"][i][0][1], l1 = g["top2"][i][1][1];
-    std::printf("greedy outputs part at step %zu (ours %d, llama.cpp %d); llama.cpp's top-2 logits there: %.5f vs %.5f\n",
-                i, got[i], want[i], l0, l1);
+    std::printf(
+        "greedy outputs part at step %zu (ours %d, llama.cpp %d); llama.cpp's top-2 logits there: "
+        "%.5f vs %.5f\n",
+        i, got[i], want[i], l0, l1);
     EXPECT_LT(l0 - l1, 1e-2) << "greedy outputs part at step " << i << " without a near-tie";
     return;
   }

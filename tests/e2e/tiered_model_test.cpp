@@ -71,7 +71,8 @@ TEST_F(TieredModel, FullBudgetGivesFullKvLogits) {
   // Measured: 3.3e-2 at worst over 320 positions, mean KL ~6e-7 -- the same size as FullKV's own
   // distance to a float64 forward pass (1e-6), i.e. float noise amplified through 30 layers.
   EXPECT_LT(worst, 0.1) << "largest logit difference";
-  std::printf("budget 1.1 vs FullKV: largest logit difference %.2e over %lld positions\n", worst, (long long)n);
+  std::printf("budget 1.1 vs FullKV: largest logit difference %.2e over %lld positions\n", worst,
+              (long long)n);
   auto* t = dynamic_cast<TieredKvCache*>(tiered->get());
   EXPECT_EQ(t->stats().layers[0].evictions, 0);
 }
@@ -86,7 +87,8 @@ TEST_F(TieredModel, SmallBudgetRoutesAndStaysWithinBudget) {
   auto* t = dynamic_cast<TieredKvCache*>(c->get());
   const auto logits = run(**c, n, 384);
   for (float z : logits) ASSERT_TRUE(std::isfinite(z));
-  for (int l = 0; l < model_->config().n_layers; ++l) EXPECT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes());
+  for (int l = 0; l < model_->config().n_layers; ++l)
+    EXPECT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes());
   const TierStats s = t->stats();
   EXPECT_GT(s.layers[0].windows_quant, 0);
   EXPECT_GT(s.layers[0].windows_evicted, 0);

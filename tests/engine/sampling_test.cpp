@@ -1,13 +1,13 @@
 // Sampler against a brute-force model of its rule (top-k → top-p → min-p → temperature),
 // plus determinism by seed and parameter validation.
+#include "engine/sampling.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
-
-#include "engine/sampling.h"
 
 namespace qevict {
 namespace {
@@ -39,7 +39,8 @@ std::map<int32_t, double> brute_force(const std::vector<float>& z, const Samplin
   std::map<int32_t, double> out;
   double t = 0;
   for (size_t i = 0; i < n; ++i) t += std::exp((double(z[ids[i]]) - z[ids[0]]) / p.temperature);
-  for (size_t i = 0; i < n; ++i) out[ids[i]] = std::exp((double(z[ids[i]]) - z[ids[0]]) / p.temperature) / t;
+  for (size_t i = 0; i < n; ++i)
+    out[ids[i]] = std::exp((double(z[ids[i]]) - z[ids[0]]) / p.temperature) / t;
   return out;
 }
 
@@ -83,7 +84,8 @@ TEST_P(SamplerRule, DrawsOnlyAllowedTokensWithTheRightFrequencies) {
   std::map<int32_t, int> count;
   const int draws = 20000;
   for (int i = 0; i < draws; ++i) ++count[s.sample(z.data(), int32_t(z.size()))];
-  for (const auto& [id, k] : count) EXPECT_TRUE(want.count(id)) << "token " << id << " is outside the allowed set";
+  for (const auto& [id, k] : count)
+    EXPECT_TRUE(want.count(id)) << "token " << id << " is outside the allowed set";
   for (const auto& [id, pw] : want) {
     const double got = double(count[id]) / draws;
     // 5 binomial standard deviations (fixed seed: deterministic, not flaky).
@@ -94,7 +96,8 @@ TEST_P(SamplerRule, DrawsOnlyAllowedTokensWithTheRightFrequencies) {
 INSTANTIATE_TEST_SUITE_P(Rules, SamplerRule,
                          ::testing::Values(Case{1.0f, 0, 1.0f, 0.0f}, Case{0.7f, 5, 1.0f, 0.0f},
                                            Case{1.0f, 0, 0.8f, 0.0f}, Case{1.3f, 0, 1.0f, 0.1f},
-                                           Case{0.8f, 40, 0.95f, 0.05f}, Case{2.0f, 3, 0.5f, 0.0f}));
+                                           Case{0.8f, 40, 0.95f, 0.05f},
+                                           Case{2.0f, 3, 0.5f, 0.0f}));
 
 TEST(Sampler, SameSeedSameTokens) {
   const auto z = logits(1000, 9);

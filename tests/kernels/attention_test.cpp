@@ -1,13 +1,14 @@
 // Fused mixed-tier attention against the materializing reference: outputs and per-block
 // masses, with 16-bit and low-bit blocks, odd sizes, blocks straddling the query position
 // and fully masked blocks; masses sum to 1 per head.
+#include "kernels/attention.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/ops_ref.h"
 
@@ -34,8 +35,12 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   std::mt19937 rng(99);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   // Block plan: (kind, pos0, n). kind 0: half, 1: quantized window.
-  struct Plan { int kind; int64_t pos0; int n; };
-  const std::vector<Plan> plan = {{0, 0, 5}, {1, 5, 8}, {0, 13, 8}, {1, 21, 8}, {1, 29, 3},
+  struct Plan {
+    int kind;
+    int64_t pos0;
+    int n;
+  };
+  const std::vector<Plan> plan = {{0, 0, 5},  {1, 5, 8},   {0, 13, 8}, {1, 21, 8},  {1, 29, 3},
                                   {0, 32, 1}, {0, 33, 37}, {1, 70, 8}, {0, 78, 13}, {0, 91, 9}};
   std::vector<std::vector<uint16_t>> halfs_k, halfs_v;
   std::vector<std::vector<uint8_t>> wins;
@@ -90,25 +95,29 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   const int nb = int(blocks.size());
   for (int64_t qpos : {int64_t(99), int64_t(50), int64_t(24), int64_t(3)}) {
     std::vector<float> want(size_t(g) * d), want_mass(size_t(nb) * g);
-    ref::attention_materialized(p, q.data(), qpos, blocks.data(), nb, want.data(), want_mass.data());
+    ref::attention_materialized(p, q.data(), qpos, blocks.data(), nb, want.data(),
+                                want_mass.data());
     // Fused, split into 3 parts at awkward places, then merged.
     const int cuts[4] = {0, 3, 4, nb};
     const int st = attn_state_stride(d);
     std::vector<float> parts(size_t(3) * g * st), ml(size_t(nb) * g * 2);
     for (int i = 0; i < 3; ++i) {
       attn_state_init(parts.data() + i * g * st, g, d);
-      fused_attention_partial(p, q.data(), 0, 1, qpos, blocks.data() + cuts[i], cuts[i + 1] - cuts[i],
-                              parts.data() + i * g * st, ml.data() + size_t(cuts[i]) * g * 2, 0);
+      fused_attention_partial(p, q.data(), 0, 1, qpos, blocks.data() + cuts[i],
+                              cuts[i + 1] - cuts[i], parts.data() + i * g * st,
+                              ml.data() + size_t(cuts[i]) * g * 2, 0);
     }
     std::vector<float> got(size_t(g) * d), gml(size_t(g) * 2);
     attn_merge(parts.data(), 3, int64_t(g) * st, g, d, got.data(), gml.data());
-    for (int i = 0; i < g * d; ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << "qpos " << qpos << " index " << i;
+    for (int i = 0; i < g * d; ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-5) << "qpos " << qpos << " index " << i;
     for (int h = 0; h < g; ++h) {
       double total = 0;
       for (int b = 0; b < nb; ++b) {
         const float m = attn_block_mass(ml.data() + (size_t(b) * g + h) * 2, gml.data() + 2 * h);
         total += m;
-        ASSERT_NEAR(m, want_mass[b * g + h], 1e-6) << "qpos " << qpos << " block " << b << " head " << h;
+        ASSERT_NEAR(m, want_mass[b * g + h], 1e-6)
+            << "qpos " << qpos << " block " << b << " head " << h;
         if (blocks[b].pos0 > qpos) {
           EXPECT_EQ(m, 0.0f);
         }
@@ -137,9 +146,11 @@ TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
   std::vector<uint8_t> win(ql.window_bytes());
   quantize_window(ql, k.data(), v.data(), 8, win.data());
   std::vector<KvBlockRef> blocks(3);
-  blocks[0].pos0 = 0, blocks[0].n = 12, blocks[0].k = hk.data(), blocks[0].v = hv.data(), blocks[0].ld = d;
+  blocks[0].pos0 = 0, blocks[0].n = 12, blocks[0].k = hk.data(), blocks[0].v = hv.data(),
+  blocks[0].ld = d;
   blocks[1].pos0 = 12, blocks[1].n = 8, blocks[1].qwin = win.data();
-  blocks[2].pos0 = 20, blocks[2].n = 8, blocks[2].k = hk.data() + 12 * d, blocks[2].v = hv.data() + 12 * d, blocks[2].ld = d;
+  blocks[2].pos0 = 20, blocks[2].n = 8, blocks[2].k = hk.data() + 12 * d,
+  blocks[2].v = hv.data() + 12 * d, blocks[2].ld = d;
   FusedAttnParams p;
   p.group = g, p.head_dim = d, p.scale = 0.25f, p.qlayout = &ql, p.rope = &rope;
   const int nq = 9;
@@ -150,19 +161,25 @@ TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
   const int64_t ldq = int64_t(g) * d + 5 / nq;
   std::vector<float> multi(size_t(nq) * g * st), ml(size_t(nq) * 3 * g * 2);
   for (int i = 0; i < nq; ++i) attn_state_init(multi.data() + size_t(i) * g * st, g, d);
-  fused_attention_partial(p, q.data(), ldq, nq, qpos0, blocks.data(), 3, multi.data(), ml.data(), 3 * g * 2);
+  fused_attention_partial(p, q.data(), ldq, nq, qpos0, blocks.data(), 3, multi.data(), ml.data(),
+                          3 * g * 2);
   for (int i = 0; i < nq; ++i) {
     std::vector<float> one(size_t(g) * st), ml1(size_t(3) * g * 2);
     attn_state_init(one.data(), g, d);
-    fused_attention_partial(p, q.data() + i * ldq, 0, 1, qpos0 + i, blocks.data(), 3, one.data(), ml1.data(), 0);
-    for (int j = 0; j < g * st; ++j) ASSERT_EQ(multi[size_t(i) * g * st + j], one[j]) << "query " << i << " index " << j;
-    for (int j = 0; j < 3 * g * 2; ++j) ASSERT_EQ(ml[size_t(i) * 3 * g * 2 + j], ml1[j]) << "query " << i;
+    fused_attention_partial(p, q.data() + i * ldq, 0, 1, qpos0 + i, blocks.data(), 3, one.data(),
+                            ml1.data(), 0);
+    for (int j = 0; j < g * st; ++j)
+      ASSERT_EQ(multi[size_t(i) * g * st + j], one[j]) << "query " << i << " index " << j;
+    for (int j = 0; j < 3 * g * 2; ++j)
+      ASSERT_EQ(ml[size_t(i) * 3 * g * 2 + j], ml1[j]) << "query " << i;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
-                         ::testing::Values(Shape{3, 64, 2, HalfType::kF16}, Shape{1, 64, 4, HalfType::kF16},
-                                           Shape{4, 32, 2, HalfType::kBF16}, Shape{7, 16, 2, HalfType::kF16},
+                         ::testing::Values(Shape{3, 64, 2, HalfType::kF16},
+                                           Shape{1, 64, 4, HalfType::kF16},
+                                           Shape{4, 32, 2, HalfType::kBF16},
+                                           Shape{7, 16, 2, HalfType::kF16},
                                            Shape{2, 128, 4, HalfType::kBF16}));
 
 TEST(RopeTable, MatchesDirectComputationAndInverts) {
@@ -182,7 +199,8 @@ TEST(RopeTable, MatchesDirectComputationAndInverts) {
     y = x;
     rope_apply(rp, t.cos_at(pos), t.sin_at(pos), y.data(), 1, 64, 64);
     rope_apply(rp, t.cos_at(pos), t.sin_at(pos), y.data(), 1, 64, 64, /*inverse=*/true);
-    for (int i = 0; i < 64; ++i) ASSERT_NEAR(y[i], x[i], 1e-6 * (std::fabs(x[i]) + 1.0)) << "pos " << pos;
+    for (int i = 0; i < 64; ++i)
+      ASSERT_NEAR(y[i], x[i], 1e-6 * (std::fabs(x[i]) + 1.0)) << "pos " << pos;
   }
 }
 

@@ -1,5 +1,7 @@
 // KIVI-style window quantization: reconstruction error within half a stored step, exact
 // constant channels, sizes that match the documented layout, partial windows.
+#include "kernels/kv_quant.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "core/f16.h"
-#include "kernels/kv_quant.h"
 
 namespace qevict {
 namespace {
@@ -44,7 +45,8 @@ TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
         // half a step of the (f16) scale, plus the f16 rounding of the zero-point and scale.
         const double tol = (hi - lo) / levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
         for (int t = 0; t < n_tokens; ++t) {
-          const float want = k[(size_t(t) * c.heads + h) * c.dim + ch], got = kd[size_t(t) * c.dim + ch];
+          const float want = k[(size_t(t) * c.heads + h) * c.dim + ch],
+                      got = kd[size_t(t) * c.dim + ch];
           ASSERT_NEAR(got, want, tol) << "key h" << h << " c" << ch << " t" << t;
         }
       }
@@ -53,18 +55,21 @@ TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
         for (int g0 = 0; g0 < c.dim; g0 += g) {
           float lo = INFINITY, hi = -INFINITY;
           for (int ch = g0; ch < g0 + g; ++ch)
-            lo = std::min(lo, v[(size_t(t) * c.heads + h) * c.dim + ch]), hi = std::max(hi, v[(size_t(t) * c.heads + h) * c.dim + ch]);
+            lo = std::min(lo, v[(size_t(t) * c.heads + h) * c.dim + ch]),
+            hi = std::max(hi, v[(size_t(t) * c.heads + h) * c.dim + ch]);
           const double tol = (hi - lo) / levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
           for (int ch = g0; ch < g0 + g; ++ch)
-            ASSERT_NEAR(vd[size_t(t) * c.dim + ch], v[(size_t(t) * c.heads + h) * c.dim + ch], tol) << "value t" << t << " c" << ch;
+            ASSERT_NEAR(vd[size_t(t) * c.dim + ch], v[(size_t(t) * c.heads + h) * c.dim + ch], tol)
+                << "value t" << t << " c" << ch;
         }
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, KvQuant,
-                         ::testing::Values(QCase{2, 3, 64, 8, 0}, QCase{4, 3, 64, 8, 0}, QCase{2, 1, 128, 8, 32},
-                                           QCase{2, 2, 8, 32, 4}, QCase{4, 5, 12, 4, 6}, QCase{2, 1, 4, 1, 0}));
+                         ::testing::Values(QCase{2, 3, 64, 8, 0}, QCase{4, 3, 64, 8, 0},
+                                           QCase{2, 1, 128, 8, 32}, QCase{2, 2, 8, 32, 4},
+                                           QCase{4, 5, 12, 4, 6}, QCase{2, 1, 4, 1, 0}));
 
 TEST(KvQuantLayout, BytesMatchTheDocumentedFormula) {
   QuantLayout L{2, 3, 64, 8, 0};

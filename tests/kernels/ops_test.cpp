@@ -1,12 +1,13 @@
 // Fast kernels/ops.h against the scalar references in kernels/ref, on awkward sizes
 // (0..2x lanes, odd), misaligned pointers and both half formats; sentinels catch overruns.
+#include "kernels/ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
 
 namespace qevict {
@@ -130,8 +131,8 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
           s += std::fabs(q[1 + h * ldq + c] * ref::half_to_float(t, k[1 + j * ldk + c]));
         scale[j] = 0.125 * s + 1e-30;
       }
-      expect_close(got.data() + 1 + h * lds, want.data() + h * lds, scale, n,
-                   4.0 * d * 1.2e-7, "qk_scores");
+      expect_close(got.data() + 1 + h * lds, want.data() + h * lds, scale, n, 4.0 * d * 1.2e-7,
+                   "qk_scores");
     }
     EXPECT_EQ(got[0], kSentinel);
     EXPECT_EQ(got[g * lds + 1], kSentinel);

@@ -1,6 +1,8 @@
 // FullKvCache against a brute-force causal attention (double precision, on the same
 // f16/bf16-rounded keys and values), across prefill chunks, decode steps, page boundaries
 // and thread counts.
+#include "kvcache/full_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "kernels/ref/ops_ref.h"
-#include "kvcache/full_cache.h"
 
 namespace qevict {
 namespace {
@@ -31,7 +32,8 @@ struct Naive {
         for (int64_t j = 0; j < n_keys; ++j) {
           double acc = 0;
           for (int c = 0; c < d; ++c)
-            acc += double(q[t * shape.q_width() + hq * d + c]) * k[layer][j * shape.kv_width() + hk * d + c];
+            acc += double(q[t * shape.q_width() + hq * d + c]) *
+                   k[layer][j * shape.kv_width() + hk * d + c];
           s[j] = acc / std::sqrt(double(d));
           mx = std::max(mx, s[j]);
         }
@@ -39,7 +41,8 @@ struct Naive {
         for (auto& x : s) sum += (x = std::exp(x - mx));
         for (int64_t j = 0; j < n_keys; ++j)
           for (int c = 0; c < d; ++c)
-            out[t * shape.q_width() + hq * d + c] += s[j] / sum * v[layer][j * shape.kv_width() + hk * d + c];
+            out[t * shape.q_width() + hq * d + c] +=
+                s[j] / sum * v[layer][j * shape.kv_width() + hk * d + c];
       }
     }
   }
@@ -90,8 +93,12 @@ void run_case(int n_threads, HalfType dt, std::vector<int64_t> steps) {
   }
 }
 
-TEST(FullKvCache, MatchesNaiveAttentionSingleThread) { run_case(1, HalfType::kF16, {1, 5, 1, 1, 300, 1, 1}); }
-TEST(FullKvCache, MatchesNaiveAttentionTwoThreads) { run_case(2, HalfType::kF16, {37, 256, 1, 1, 1, 2, 200, 1}); }
+TEST(FullKvCache, MatchesNaiveAttentionSingleThread) {
+  run_case(1, HalfType::kF16, {1, 5, 1, 1, 300, 1, 1});
+}
+TEST(FullKvCache, MatchesNaiveAttentionTwoThreads) {
+  run_case(2, HalfType::kF16, {37, 256, 1, 1, 1, 2, 200, 1});
+}
 TEST(FullKvCache, MatchesNaiveAttentionBf16) { run_case(2, HalfType::kBF16, {100, 1, 157, 1}); }
 TEST(FullKvCache, ManyThreadsFewTokens) { run_case(5, HalfType::kF16, {1, 1, 600, 1}); }
 
@@ -110,7 +117,8 @@ TEST(FullKvCache, BytesGrowByPages) {
   FullKvCache cache(shape, 4096);
   EXPECT_EQ(cache.bytes_held(), 0u);
   ASSERT_TRUE(cache.begin(1).is_ok());
-  const size_t page = size_t(2) * FullKvCache::kPageTokens * 16 * 2 /*bytes*/ * 2 /*k,v*/ * 3 /*layers*/;
+  const size_t page =
+      size_t(2) * FullKvCache::kPageTokens * 16 * 2 /*bytes*/ * 2 /*k,v*/ * 3 /*layers*/;
   EXPECT_EQ(cache.bytes_held(), page);
   cache.commit();
   ASSERT_TRUE(cache.begin(FullKvCache::kPageTokens).is_ok());

@@ -2,6 +2,8 @@
 // event, a budget >= the full cache behaves as FullKV, ledger codes survive demote/promote
 // cycles bit for bit, promoted keys equal RoPE(dequantized pre-RoPE keys), score
 // conservation, and QEvictPolicy against a brute-force model of its rule.
+#include "kvcache/tiered_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "kvcache/full_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/qevict_policy.h"
-#include "kvcache/tiered_cache.h"
 
 namespace qevict {
 namespace {
@@ -34,7 +35,8 @@ struct Driver {
   std::mt19937 rng{1234};
   std::normal_distribution<float> dist{0.0f, 1.0f};
   // One forward call of n tokens through every layer; returns the attention outputs.
-  std::vector<std::vector<float>> step(SequenceKvCache& c, int64_t n, ThreadPool& pool, uint32_t seed) {
+  std::vector<std::vector<float>> step(SequenceKvCache& c, int64_t n, ThreadPool& pool,
+                                       uint32_t seed) {
     std::mt19937 r(seed);
     std::vector<std::vector<float>> outs;
     EXPECT_TRUE(c.begin(n).is_ok());
@@ -77,7 +79,8 @@ TEST(TieredKvCache, BytesStayWithinBudgetAfterEveryRoutingEvent) {
         d.step(*c, chunk, pool, seed++);
         pos += chunk;
         for (int l = 0; l < d.shape.n_layers; ++l)
-          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes()) << "after a prefill chunk at " << pos;
+          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes())
+              << "after a prefill chunk at " << pos;
       }
       while (pos < n_ctx) {
         d.step(*c, 1, pool, seed++);
@@ -109,12 +112,14 @@ TEST(TieredKvCache, BudgetCoveringTheFullCacheMatchesFullKv) {
   FullKvCache full(d.shape, 700);
   uint32_t seed = 7;
   double worst = 0;
-  for (int64_t n : {int64_t(100), int64_t(1), int64_t(37), int64_t(1), int64_t(1), int64_t(300), int64_t(1)}) {
+  for (int64_t n :
+       {int64_t(100), int64_t(1), int64_t(37), int64_t(1), int64_t(1), int64_t(300), int64_t(1)}) {
     auto a = d.step(*tiered, n, pool, seed);
     auto b = d.step(full, n, pool, seed);
     ++seed;
     for (size_t l = 0; l < a.size(); ++l)
-      for (size_t i = 0; i < a[l].size(); ++i) worst = std::max(worst, double(std::fabs(a[l][i] - b[l][i])));
+      for (size_t i = 0; i < a[l].size(); ++i)
+        worst = std::max(worst, double(std::fabs(a[l][i] - b[l][i])));
   }
   // Same f16 keys/values; only the order of floating-point sums differs (8-token blocks vs
   // 256-token pages).
@@ -179,14 +184,19 @@ TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
       for (int i = 0; i < D / 2; ++i) {
         const double th = double(pos0 + tok) * std::pow(10000.0, -2.0 * i / D);
         const double x0 = kpre[tok * D + 2 * i], x1 = kpre[tok * D + 2 * i + 1];
-        const double y0 = x0 * std::cos(th) - x1 * std::sin(th), y1 = x0 * std::sin(th) + x1 * std::cos(th);
+        const double y0 = x0 * std::cos(th) - x1 * std::sin(th),
+                     y1 = x0 * std::sin(th) + x1 * std::cos(th);
         for (int j = 0; j < 2; ++j) {
           const double want = j ? y1 : y0;
           const float got = f16_to_f32(after[(size_t(h) * W + tok) * D + 2 * i + j]);
           // within f16 rounding (half an ulp at the value, plus float noise of the rotation)
-          const double ulp = std::max(std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 6.1e-5)) - 10), 6e-8);
-          EXPECT_LE(std::fabs(got - want), 0.5 * ulp + 1e-5 * std::fabs(want) + 1e-6) << "h" << h << " t" << tok;
-          worst_q = std::max(worst_q, (double)std::fabs(got - f16_to_f32(before[(size_t(h) * W + tok) * D + 2 * i + j])));
+          const double ulp =
+              std::max(std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 6.1e-5)) - 10), 6e-8);
+          EXPECT_LE(std::fabs(got - want), 0.5 * ulp + 1e-5 * std::fabs(want) + 1e-6)
+              << "h" << h << " t" << tok;
+          worst_q = std::max(
+              worst_q,
+              (double)std::fabs(got - f16_to_f32(before[(size_t(h) * W + tok) * D + 2 * i + j])));
         }
       }
     }
@@ -250,8 +260,10 @@ TEST(SlotPool, CompactMovesLiveSlotsDownAndReleasesChunks) {
   // Keep every 7th slot alive.
   std::vector<std::pair<int32_t, int>> live;
   for (int i = 0; i < 100; ++i) {
-    if (i % 7 == 0) live.push_back({ids[i], i});
-    else pool.release(ids[i]);
+    if (i % 7 == 0)
+      live.push_back({ids[i], i});
+    else
+      pool.release(ids[i]);
   }
   const auto moves = pool.compact();
   EXPECT_EQ(pool.bytes_allocated(), size_t(4) * SlotPool::kChunkSlots);  // 15 live: one chunk
@@ -304,7 +316,8 @@ TEST(QEvictPolicy, MatchesBruteForceRule) {
       for (int j = i + 1; j < n; ++j) {
         const auto& a = in[idx[i]];
         const auto& c = in[idx[j]];
-        if (c.score > a.score || (c.score == a.score && c.window < a.window)) std::swap(idx[i], idx[j]);
+        if (c.score > a.score || (c.score == a.score && c.window < a.window))
+          std::swap(idx[i], idx[j]);
       }
     for (int r = 0; r < n; ++r) {
       const Tier want = r < kf ? Tier::kFull : r < kf + kq ? Tier::kQuant : Tier::kEvicted;

@@ -177,7 +177,8 @@ TEST(TokenizerVocab, MalformedMetadataIsAnError) {
   ToyVocab v;
   {
     GgufBuilder b;  // no merges
-    b.add_string("tokenizer.ggml.model", "gpt2").add_string_array("tokenizer.ggml.tokens", v.tokens);
+    b.add_string("tokenizer.ggml.model", "gpt2")
+        .add_string_array("tokenizer.ggml.tokens", v.tokens);
     EXPECT_FALSE(load(b).has_value());
   }
   {

@@ -18,7 +18,8 @@ void attention_materialized(const FusedAttnParams& p, const float* q, int64_t qp
     if (!blk.k) {
       dequantize_window_head(*p.qlayout, blk.qwin, p.kv_head, blk.n, kq.data(), vq.data());
       for (int t = 0; t < blk.n; ++t)
-        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t), kq.data() + t * d, 1, d, d);
+        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t),
+                   kq.data() + t * d, 1, d, d);
     }
     for (int t = 0; t < blk.n; ++t) {
       if (blk.pos0 + t > qpos) continue;
@@ -49,7 +50,8 @@ void attention_materialized(const FusedAttnParams& p, const float* q, int64_t qp
       for (size_t j = 0; j < K.size(); ++j) acc += s[j] / sum * V[j][c];
       out[h * d + c] = static_cast<float>(acc);
     }
-    for (size_t j = 0; j < K.size(); ++j) masses[owner[j] * g + h] += static_cast<float>(s[j] / sum);
+    for (size_t j = 0; j < K.size(); ++j)
+      masses[owner[j] * g + h] += static_cast<float>(s[j] / sum);
   }
 }
 

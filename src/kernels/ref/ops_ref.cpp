@@ -38,19 +38,20 @@ void qk_scores(HalfType t, const float* q, int64_t ldq, int g, const uint16_t* k
   }
 }
 
-void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v,
-                   int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
+void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv,
+                   int64_t n, int d, float* out, int64_t ldo) {
   for (int h = 0; h < g; ++h) {
     for (int c = 0; c < d; ++c) {
       double acc = 0.0;
-      for (int64_t j = 0; j < n; ++j) acc += double(p[h * ldp + j]) * half_to_float(t, v[j * ldv + c]);
+      for (int64_t j = 0; j < n; ++j)
+        acc += double(p[h * ldp + j]) * half_to_float(t, v[j * ldv + c]);
       out[h * ldo + c] += static_cast<float>(acc);
     }
   }
 }
 
-void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n, int d,
-                   float scale, float* scores, int64_t lds) {
+void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
+                   int d, float scale, float* scores, int64_t lds) {
   for (int h = 0; h < g; ++h)
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0.0;
@@ -59,8 +60,8 @@ void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t l
     }
 }
 
-void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n, int d,
-                       float* out, int64_t ldo) {
+void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n,
+                       int d, float* out, int64_t ldo) {
   for (int h = 0; h < g; ++h)
     for (int c = 0; c < d; ++c) {
       double acc = 0.0;

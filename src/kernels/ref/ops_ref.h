@@ -12,13 +12,13 @@ void f32_to_half(HalfType t, const float* src, uint16_t* dst, int64_t n);
 void half_to_f32(HalfType t, const uint16_t* src, float* dst, int64_t n);
 void qk_scores(HalfType t, const float* q, int64_t ldq, int g, const uint16_t* k, int64_t ldk,
                int64_t n, int d, float scale, float* scores, int64_t lds);
-void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v,
-                   int64_t ldv, int64_t n, int d, float* out, int64_t ldo);
+void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv,
+                   int64_t n, int d, float* out, int64_t ldo);
 float softmax_inplace(float* x, int64_t n);
-void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n, int d,
-                   float scale, float* scores, int64_t lds);
-void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n, int d,
-                       float* out, int64_t ldo);
+void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
+                   int d, float scale, float* scores, int64_t lds);
+void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n,
+                       int d, float* out, int64_t ldo);
 float max_of(const float* x, int64_t n);
 float exp_sub_sum(float* x, int64_t n, float m);
 

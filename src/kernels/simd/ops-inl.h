@@ -30,14 +30,20 @@ HWY_INLINE hn::Vec<DF> LoadHalf(DF df, bool is_f16, const uint16_t* p) {
   return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(p)));
 }
 
-HWY_INLINE float HalfScalar(bool is_f16, uint16_t h) { return is_f16 ? f16_to_f32(h) : bf16_to_f32(h); }
+HWY_INLINE float HalfScalar(bool is_f16, uint16_t h) {
+  return is_f16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
 
 // Key/value rows are either 16-bit halfs or f32 (decoded low-bit windows): one template
 // serves both through these overloads.
 template <class DF>
-HWY_INLINE hn::Vec<DF> LoadRow(DF df, bool is_f16, const uint16_t* p) { return LoadHalf(df, is_f16, p); }
+HWY_INLINE hn::Vec<DF> LoadRow(DF df, bool is_f16, const uint16_t* p) {
+  return LoadHalf(df, is_f16, p);
+}
 template <class DF>
-HWY_INLINE hn::Vec<DF> LoadRow(DF df, bool, const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE hn::Vec<DF> LoadRow(DF df, bool, const float* p) {
+  return hn::LoadU(df, p);
+}
 HWY_INLINE float RowScalar(bool is_f16, uint16_t h) { return HalfScalar(is_f16, h); }
 HWY_INLINE float RowScalar(bool, float x) { return x; }
 
@@ -91,8 +97,8 @@ constexpr int kMaxGroup = 8;
 
 // One key row against up to kMaxGroup query heads: each key chunk is converted once.
 template <int G, typename KT>
-HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const KT* krow, int d,
-                      float scale, float* scores, int64_t lds, int64_t j) {
+HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const KT* krow, int d, float scale,
+                      float* scores, int64_t lds, int64_t j) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
   hn::Vec<decltype(df)> acc[G];
@@ -112,26 +118,43 @@ HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const KT* krow, 
 template <int G, typename KT>
 HWY_INLINE void QkBlock(bool is_f16, const float* q, int64_t ldq, const KT* k, int64_t ldk,
                         int64_t n, int d, float scale, float* scores, int64_t lds) {
-  for (int64_t j = 0; j < n; ++j) QkRow<G, KT>(is_f16, q, ldq, k + j * ldk, d, scale, scores, lds, j);
+  for (int64_t j = 0; j < n; ++j)
+    QkRow<G, KT>(is_f16, q, ldq, k + j * ldk, d, scale, scores, lds, j);
 }
 
 template <typename KT>
-inline void QkScoresImpl(bool is_f16, const float* q, int64_t ldq, int g, const KT* k,
-                         int64_t ldk, int64_t n, int d, float scale, float* scores, int64_t lds) {
+inline void QkScoresImpl(bool is_f16, const float* q, int64_t ldq, int g, const KT* k, int64_t ldk,
+                         int64_t n, int d, float scale, float* scores, int64_t lds) {
   // Heads are processed kMaxGroup at a time; within a pass every key row is read once.
   for (int h0 = 0; h0 < g; h0 += kMaxGroup) {
     const int gg = g - h0 < kMaxGroup ? g - h0 : kMaxGroup;
     const float* qh = q + h0 * ldq;
     float* sh = scores + h0 * lds;
     switch (gg) {
-      case 1: QkBlock<1, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 2: QkBlock<2, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 3: QkBlock<3, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 4: QkBlock<4, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 5: QkBlock<5, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 6: QkBlock<6, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      case 7: QkBlock<7, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
-      default: QkBlock<8, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds); break;
+      case 1:
+        QkBlock<1, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
+      case 2:
+        QkBlock<2, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
+      case 3:
+        QkBlock<3, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
+      case 4:
+        QkBlock<4, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
+      case 5:
+        QkBlock<5, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
+      case 6:
+        QkBlock<6, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
+      case 7:
+        QkBlock<7, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
+      default:
+        QkBlock<8, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+        break;
     }
   }
 }
@@ -168,14 +191,30 @@ inline void PvAccumulateImpl(bool is_f16, const float* p, int64_t ldp, int g, co
     const float* ph = p + h0 * ldp;
     float* oh = out + h0 * ldo;
     switch (gg) {
-      case 1: PvBlock<1, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 2: PvBlock<2, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 3: PvBlock<3, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 4: PvBlock<4, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 5: PvBlock<5, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 6: PvBlock<6, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      case 7: PvBlock<7, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
-      default: PvBlock<8, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo); break;
+      case 1:
+        PvBlock<1, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
+      case 2:
+        PvBlock<2, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
+      case 3:
+        PvBlock<3, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
+      case 4:
+        PvBlock<4, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
+      case 5:
+        PvBlock<5, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
+      case 6:
+        PvBlock<6, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
+      case 7:
+        PvBlock<7, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
+      default:
+        PvBlock<8, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+        break;
     }
   }
 }
@@ -247,19 +286,33 @@ inline float ExpSubSum(float* x, int64_t n, float m) {
 }
 
 // Wrappers with plain signatures for HWY_EXPORT.
-inline void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) { RmsNormImpl(x, w, y, n, eps); }
+inline void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  RmsNormImpl(x, w, y, n, eps);
+}
 inline void Swiglu(const float* g, const float* u, float* o, int64_t n) { SwigluImpl(g, u, o, n); }
-inline void F32ToHalf(bool f16, const float* s, uint16_t* d, int64_t n) { F32ToHalfImpl(f16, s, d, n); }
-inline void HalfToF32(bool f16, const uint16_t* s, float* d, int64_t n) { HalfToF32Impl(f16, s, d, n); }
-inline void QkScores(bool f16, const float* q, int64_t ldq, int g, const uint16_t* k, int64_t ldk, int64_t n,
-                     int d, float scale, float* s, int64_t lds) { QkScoresImpl(f16, q, ldq, g, k, ldk, n, d, scale, s, lds); }
-inline void PvAccumulate(bool f16, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv, int64_t n,
-                         int d, float* o, int64_t ldo) { PvAccumulateImpl(f16, p, ldp, g, v, ldv, n, d, o, ldo); }
+inline void F32ToHalf(bool f16, const float* s, uint16_t* d, int64_t n) {
+  F32ToHalfImpl(f16, s, d, n);
+}
+inline void HalfToF32(bool f16, const uint16_t* s, float* d, int64_t n) {
+  HalfToF32Impl(f16, s, d, n);
+}
+inline void QkScores(bool f16, const float* q, int64_t ldq, int g, const uint16_t* k, int64_t ldk,
+                     int64_t n, int d, float scale, float* s, int64_t lds) {
+  QkScoresImpl(f16, q, ldq, g, k, ldk, n, d, scale, s, lds);
+}
+inline void PvAccumulate(bool f16, const float* p, int64_t ldp, int g, const uint16_t* v,
+                         int64_t ldv, int64_t n, int d, float* o, int64_t ldo) {
+  PvAccumulateImpl(f16, p, ldp, g, v, ldv, n, d, o, ldo);
+}
 inline float Softmax(float* x, int64_t n) { return SoftmaxImpl(x, n); }
-inline void QkScoresF32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n, int d,
-                        float scale, float* s, int64_t lds) { QkScoresImpl(true, q, ldq, g, k, ldk, n, d, scale, s, lds); }
-inline void PvAccumulateF32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n, int d,
-                            float* o, int64_t ldo) { PvAccumulateImpl(true, p, ldp, g, v, ldv, n, d, o, ldo); }
+inline void QkScoresF32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
+                        int d, float scale, float* s, int64_t lds) {
+  QkScoresImpl(true, q, ldq, g, k, ldk, n, d, scale, s, lds);
+}
+inline void PvAccumulateF32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv,
+                            int64_t n, int d, float* o, int64_t ldo) {
+  PvAccumulateImpl(true, p, ldp, g, v, ldv, n, d, o, ldo);
+}
 inline const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE

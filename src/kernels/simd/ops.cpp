@@ -3,7 +3,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/ops.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-
 #include "hwy/highway.h"
 #include "kernels/simd/ops-inl.h"
 
@@ -41,19 +40,19 @@ void qk_scores(HalfType t, const float* q, int64_t ldq, int g, const uint16_t* k
                int64_t n, int d, float scale, float* scores, int64_t lds) {
   HWY_DYNAMIC_DISPATCH(QkScores)(t == HalfType::kF16, q, ldq, g, k, ldk, n, d, scale, scores, lds);
 }
-void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v,
-                   int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
+void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv,
+                   int64_t n, int d, float* out, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(PvAccumulate)(t == HalfType::kF16, p, ldp, g, v, ldv, n, d, out, ldo);
 }
 float softmax_inplace(float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Softmax)(x, n); }
 float max_of(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(MaxOf)(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(ExpSubSum)(x, n, m); }
-void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n, int d,
-                   float scale, float* scores, int64_t lds) {
+void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
+                   int d, float scale, float* scores, int64_t lds) {
   HWY_DYNAMIC_DISPATCH(QkScoresF32)(q, ldq, g, k, ldk, n, d, scale, scores, lds);
 }
-void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n, int d,
-                       float* out, int64_t ldo) {
+void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n,
+                       int d, float* out, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(PvAccumulateF32)(p, ldp, g, v, ldv, n, d, out, ldo);
 }
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }

@@ -18,7 +18,8 @@ void QEvictPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingB
   // quantized or evicted: a budget that covers the full cache behaves as FullKV. (Eq. 3's
   // fixed K_f/K_q split would otherwise quantize windows that the budget could hold in F.)
   size_t all_full = 0;
-  for (const auto& c : in) all_full += b.window_full + (b.strict_ledger && c.has_ledger ? b.window_quant : 0);
+  for (const auto& c : in)
+    all_full += b.window_full + (b.strict_ledger && c.has_ledger ? b.window_quant : 0);
   if (all_full <= b.full_bytes + b.quant_bytes) {
     out->assign(in.size(), Tier::kFull);
     return;
@@ -28,7 +29,8 @@ void QEvictPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingB
   for (int32_t i : order_) {
     // A window keeps (or gets) a ledger entry when it is or was in Q; in strict mode that
     // copy is charged to the full tier too.
-    const size_t f_cost = b.window_full + (b.strict_ledger && in[i].has_ledger ? b.window_quant : 0);
+    const size_t f_cost =
+        b.window_full + (b.strict_ledger && in[i].has_ledger ? b.window_quant : 0);
     if (full_open && f_cost <= full_left) {
       (*out)[i] = Tier::kFull;
       full_left -= f_cost;

@@ -16,17 +16,17 @@ enum class Tier : uint8_t { kLocal, kFull, kQuant, kEvicted };
 inline char tier_char(Tier t) { return "LFQE"[static_cast<int>(t)]; }
 
 struct RoutingCandidate {
-  int32_t window = 0;     // window id (older windows have smaller ids)
-  double score = 0.0;     // accumulated attention mass (SPEC §2)
+  int32_t window = 0;        // window id (older windows have smaller ids)
+  double score = 0.0;        // accumulated attention mass (SPEC §2)
   Tier tier = Tier::kLocal;  // current tier (kLocal: just aged)
   bool has_ledger = false;   // a low-bit copy exists already
 };
 
 struct RoutingBudget {
-  size_t full_bytes = 0;    // bytes for the full-precision tier
-  size_t quant_bytes = 0;   // bytes for the low-bit tier
-  size_t window_full = 0;   // M_f
-  size_t window_quant = 0;  // M_q
+  size_t full_bytes = 0;       // bytes for the full-precision tier
+  size_t quant_bytes = 0;      // bytes for the low-bit tier
+  size_t window_full = 0;      // M_f
+  size_t window_quant = 0;     // M_q
   bool strict_ledger = false;  // a full window that keeps a ledger also pays M_q from full_bytes
 };
 
