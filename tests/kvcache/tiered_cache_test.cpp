@@ -102,6 +102,37 @@ TEST(TieredKvCache, BytesStayWithinBudgetAfterEveryRoutingEvent) {
   }
 }
 
+// Token granularity (ω = 1, the R1 variant) and long windows (ω = 32, R4) use the same
+// storage and kernel: the budget holds and attention stays finite.
+TEST(TieredKvCache, OtherWindowSizesKeepTheBudget) {
+  Driver d;
+  ThreadPool pool(2);
+  for (int window : {1, 32}) {
+    for (double q : {0.0, 0.7}) {
+      KvCacheParams p;
+      p.policy = "qevict";
+      p.budget_fraction = 0.3;
+      p.window = window;
+      p.q = q;
+      auto c = make(d.shape, 500, p);
+      auto* t = dynamic_cast<TieredKvCache*>(c.get());
+      ASSERT_NE(t, nullptr);
+      int64_t pos = 0;
+      uint32_t seed = 100;
+      for (int64_t n : {int64_t(200), int64_t(1), int64_t(1), int64_t(150)}) {
+        const auto outs = d.step(*c, n, pool, seed++);
+        pos += n;
+        for (const auto& o : outs)
+          for (float x : o) ASSERT_TRUE(std::isfinite(x));
+        for (int l = 0; l < d.shape.n_layers; ++l)
+          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes() + t->window_full_bytes())
+              << "window " << window << " q " << q << " at " << pos;
+      }
+      EXPECT_GT(t->stats().layers[0].evictions, 0) << "window " << window;
+    }
+  }
+}
+
 TEST(TieredKvCache, BudgetCoveringTheFullCacheMatchesFullKv) {
   Driver d;
   ThreadPool pool(2);
