@@ -4,26 +4,26 @@
 namespace qevict {
 
 const GgmlTypeInfo* ggml_type_info(uint32_t id) {
-  static const GgmlTypeInfo kF32{"f32", 1, 4, true};
-  static const GgmlTypeInfo kF16{"f16", 1, 2, true};
-  static const GgmlTypeInfo kBF16{"bf16", 1, 2, true};
-  static const GgmlTypeInfo kQ4_0{"q4_0", 32, 18, true};
-  static const GgmlTypeInfo kQ4_1{"q4_1", 32, 20, true};
-  static const GgmlTypeInfo kQ5_0{"q5_0", 32, 22, true};
-  static const GgmlTypeInfo kQ5_1{"q5_1", 32, 24, true};
-  static const GgmlTypeInfo kQ8_0{"q8_0", 32, 34, true};
-  static const GgmlTypeInfo kQ8_1{"q8_1", 32, 36, false};
-  static const GgmlTypeInfo kQ2_K{"q2_k", 256, 84, false};
-  static const GgmlTypeInfo kQ3_K{"q3_k", 256, 110, false};
-  static const GgmlTypeInfo kQ4_K{"q4_k", 256, 144, true};
-  static const GgmlTypeInfo kQ5_K{"q5_k", 256, 176, false};
-  static const GgmlTypeInfo kQ6_K{"q6_k", 256, 210, true};
-  static const GgmlTypeInfo kQ8_K{"q8_k", 256, 292, false};
-  static const GgmlTypeInfo kI8{"i8", 1, 1, false};
-  static const GgmlTypeInfo kI16{"i16", 1, 2, false};
-  static const GgmlTypeInfo kI32{"i32", 1, 4, false};
-  static const GgmlTypeInfo kI64{"i64", 1, 8, false};
-  static const GgmlTypeInfo kF64{"f64", 1, 8, false};
+  static const GgmlTypeInfo kF32{"f32", 1, 4};
+  static const GgmlTypeInfo kF16{"f16", 1, 2};
+  static const GgmlTypeInfo kBF16{"bf16", 1, 2};
+  static const GgmlTypeInfo kQ4_0{"q4_0", 32, 18};
+  static const GgmlTypeInfo kQ4_1{"q4_1", 32, 20};
+  static const GgmlTypeInfo kQ5_0{"q5_0", 32, 22};
+  static const GgmlTypeInfo kQ5_1{"q5_1", 32, 24};
+  static const GgmlTypeInfo kQ8_0{"q8_0", 32, 34};
+  static const GgmlTypeInfo kQ8_1{"q8_1", 32, 36};
+  static const GgmlTypeInfo kQ2_K{"q2_k", 256, 84};
+  static const GgmlTypeInfo kQ3_K{"q3_k", 256, 110};
+  static const GgmlTypeInfo kQ4_K{"q4_k", 256, 144};
+  static const GgmlTypeInfo kQ5_K{"q5_k", 256, 176};
+  static const GgmlTypeInfo kQ6_K{"q6_k", 256, 210};
+  static const GgmlTypeInfo kQ8_K{"q8_k", 256, 292};
+  static const GgmlTypeInfo kI8{"i8", 1, 1};
+  static const GgmlTypeInfo kI16{"i16", 1, 2};
+  static const GgmlTypeInfo kI32{"i32", 1, 4};
+  static const GgmlTypeInfo kI64{"i64", 1, 8};
+  static const GgmlTypeInfo kF64{"f64", 1, 8};
   switch (static_cast<GgmlType>(id)) {
     case GgmlType::kF32:
       return &kF32;

@@ -35,7 +35,6 @@ struct GgmlTypeInfo {
   std::string_view name;
   int64_t block_elems;  // elements per block (1 for plain types)
   int64_t block_bytes;  // bytes per block
-  bool can_dequantize;  // we have a dequantizer for it
 };
 
 // Returns nullptr for an id we do not know.

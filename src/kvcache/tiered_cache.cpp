@@ -46,7 +46,6 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
   for (auto& L : layers_) {
     L.sink_k.assign(size_t(H) * p_.sink * d, 0);
     L.sink_v.assign(size_t(H) * p_.sink * d, 0);
-    L.sink_score.assign(size_t(p_.sink), 0.0);
     L.fpool = SlotPool(m_f_);
     L.qpool = SlotPool(m_q_);
   }
@@ -208,7 +207,7 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
     if (id >= 0)
       L.windows[id].score += mass_acc_[b] * inv_hq;
     else
-      L.sink_score[0] += mass_acc_[b] * inv_hq;  // sink tracked as one block
+      L.sink_score += mass_acc_[b] * inv_hq;
   }
 }
 
@@ -373,7 +372,7 @@ void TieredKvCache::clear() {
     L.windows.clear();
     L.fpool.reset();
     L.qpool.reset();
-    std::fill(L.sink_score.begin(), L.sink_score.end(), 0.0);
+    L.sink_score = 0.0;
     L.st = TierLayerStats();
   }
   n_past_ = n_new_ = 0;

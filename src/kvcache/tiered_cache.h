@@ -95,8 +95,8 @@ class TieredKvCache final : public SequenceKvCache {
   struct Layer {
     std::vector<uint16_t> sink_k, sink_v;  // half [n_kv_heads][S][head_dim]
     std::vector<Window> windows;
-    SlotPool fpool, qpool;  // f16 K|V [n_kv_heads][ω][head_dim] each; ledger
-    std::vector<double> sink_score;
+    SlotPool fpool, qpool;    // f16 K|V [n_kv_heads][ω][head_dim] each; ledger
+    double sink_score = 0.0;  // attention mass the sink received
     TierLayerStats st;
   };
 

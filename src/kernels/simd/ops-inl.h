@@ -219,39 +219,6 @@ inline void PvAccumulateImpl(bool is_f16, const float* p, int64_t ldp, int g, co
   }
 }
 
-inline float SoftmaxImpl(float* x, int64_t n) {
-  if (n <= 0) return 0.0f;
-  const hn::ScalableTag<float> df;
-  const int64_t N = hn::Lanes(df);
-  float mx = x[0];
-  int64_t i = 0;
-  if (n >= N) {
-    auto vm = hn::LoadU(df, x);
-    for (i = N; i + N <= n; i += N) vm = hn::Max(vm, hn::LoadU(df, x + i));
-    mx = hn::GetLane(hn::MaxOfLanes(df, vm));
-  }
-  for (; i < n; ++i) mx = std::fmax(mx, x[i]);
-  const auto vmx = hn::Set(df, mx);
-  auto vsum = hn::Zero(df);
-  i = 0;
-  for (; i + N <= n; i += N) {
-    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vmx));
-    hn::StoreU(e, df, x + i);
-    vsum = hn::Add(vsum, e);
-  }
-  double sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  const auto vinv = hn::Set(df, static_cast<float>(1.0 / sum));
-  i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), vinv), df, x + i);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (; i < n; ++i) x[i] *= inv;
-  return mx;
-}
-
 inline float MaxOf(const float* x, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = hn::Lanes(df);
@@ -283,6 +250,19 @@ inline float ExpSubSum(float* x, int64_t n, float m) {
     sum += x[i];
   }
   return sum;
+}
+
+inline float SoftmaxImpl(float* x, int64_t n) {
+  if (n <= 0) return 0.0f;
+  const hn::ScalableTag<float> df;
+  const int64_t N = hn::Lanes(df);
+  const float mx = MaxOf(x, n);
+  const float inv = 1.0f / ExpSubSum(x, n, mx);
+  const auto vinv = hn::Set(df, inv);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), vinv), df, x + i);
+  for (; i < n; ++i) x[i] *= inv;
+  return mx;
 }
 
 // Wrappers with plain signatures for HWY_EXPORT.
