@@ -131,6 +131,40 @@ void FullKvCache::attend(int layer, const float* q, const float* k, const float*
       }
     }
   }
+  if (observer_) observe(layer, q, pool);
+}
+
+void FullKvCache::observe(int layer, const float* q, ThreadPool& pool) {
+  // Diagnostics only: recompute each query's scores over every key, softmax them and sum
+  // the probabilities per position (same f16 keys as the attention above). One task per
+  // KV head, so each task owns its row of probs_.
+  const int d = shape_.head_dim, g = shape_.group(), hkv = shape_.n_kv_heads;
+  const int qw = shape_.q_width();
+  const int64_t n_keys = n_past_ + n_new_;
+  probs_.assign(size_t(hkv) * n_keys, 0.0f);
+  const float scale = 1.0f / std::sqrt(float(d));
+  pool.parallel_for(hkv, 1, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores;
+    scores.resize(size_t(g) * n_keys);
+    for (int64_t h = b; h < e; ++h) {
+      float* acc = probs_.data() + h * n_keys;
+      for (int64_t t = 0; t < n_new_; ++t) {
+        const int64_t n = n_past_ + t + 1;  // causal
+        const float* qh = q + t * qw + h * g * d;
+        for (int64_t pg = 0; pg * kPageTokens < n; ++pg) {
+          const int64_t k0 = pg * kPageTokens, m = std::min(kPageTokens, n - k0);
+          const uint16_t* kp = pages_[layer][pg].k.data() + size_t(h) * kPageTokens * d;
+          qk_scores(dtype_, qh, d, g, kp, d, m, d, scale, scores.data() + k0, n_keys);
+        }
+        for (int j = 0; j < g; ++j) {
+          float* sj = scores.data() + size_t(j) * n_keys;
+          softmax_inplace(sj, n);
+          for (int64_t i = 0; i < n; ++i) acc[i] += sj[i] / float(g);
+        }
+      }
+    }
+  });
+  observer_->on_attention(layer, n_keys, probs_.data());
 }
 
 void FullKvCache::commit() {

@@ -25,6 +25,10 @@ class FullKvCache final : public SequenceKvCache {
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;
+  Status set_attention_observer(AttentionObserver* observer) override {
+    observer_ = observer;
+    return Status::ok();
+  }
 
  private:
   // One page: K and V of kPageTokens tokens for every KV head of one layer,
@@ -34,6 +38,8 @@ class FullKvCache final : public SequenceKvCache {
   };
   uint16_t* k_at(int layer, int64_t pos, int kv_head);
   uint16_t* v_at(int layer, int64_t pos, int kv_head);
+  // Second pass for the observer: materialized probabilities of this call's queries.
+  void observe(int layer, const float* q, ThreadPool& pool);
 
   KvShape shape_;
   int64_t n_ctx_;
@@ -42,6 +48,8 @@ class FullKvCache final : public SequenceKvCache {
   int64_t n_new_ = 0;
   std::vector<std::vector<Page>> pages_;  // [layer][page]
   std::vector<float> partial_;            // per-task softmax partial states (scratch)
+  AttentionObserver* observer_ = nullptr;
+  std::vector<float> probs_;  // f32 [n_kv_heads][n_keys] for the observer
 };
 
 }  // namespace qevict

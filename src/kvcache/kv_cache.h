@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
+#include "kvcache/tier.h"
 
 namespace qevict {
 
@@ -29,6 +31,16 @@ struct KvShape {
   int q_width() const { return n_q_heads * head_dim; }
   int kv_width() const { return n_kv_heads * head_dim; }
   Status validate() const;
+};
+
+// Receives the attention a cache computed (diagnostics, SPEC §8). For one attend() call:
+//   probs f32 [n_kv_heads][n_keys], n_keys = positions [0, n_past + n_new): the probability
+//   each position received, summed over the call's query tokens and averaged over the
+//   query heads that share the KV head (so each row sums to the number of query tokens).
+class AttentionObserver {
+ public:
+  virtual ~AttentionObserver() = default;
+  virtual void on_attention(int layer, int64_t n_keys, const float* probs) = 0;
 };
 
 // One sequence's cache. Call order per forward call: begin(n) → attend(layer, ...) for
@@ -65,6 +77,26 @@ class SequenceKvCache {
   virtual size_t bytes_held() const = 0;
 
   virtual std::string describe() const = 0;
+
+  // --- Diagnostics (SPEC §8); defaults describe a cache that keeps everything. ---
+  // Routing events so far (after prefill chunks and every Ω decode steps).
+  virtual int64_t routing_events() const { return 0; }
+  // True when tiers differ between the KV heads of a layer (per-head caches such as H2O).
+  virtual bool per_head_tiers() const { return false; }
+  // out[p] = tier of position p for p in [0, n_past()): kLocal for the sink and the local
+  // region (never routed), kFull / kQuant / kEvicted for routed history. kv_head is
+  // ignored unless per_head_tiers().
+  virtual void position_tiers(int layer, int kv_head, std::vector<Tier>* out) const {
+    (void)layer;
+    (void)kv_head;
+    out->assign(size_t(n_past()), Tier::kFull);
+  }
+  // Reports every attend() call's attention probabilities to `observer` (nullptr: stop).
+  // Caches that cannot report them return an error.
+  virtual Status set_attention_observer(AttentionObserver* observer) {
+    (void)observer;
+    return Status::error(describe() + " cannot report attention probabilities");
+  }
 };
 
 }  // namespace qevict

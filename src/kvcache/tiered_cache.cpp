@@ -449,6 +449,15 @@ TierStats TieredKvCache::stats() const {
   return s;
 }
 
+void TieredKvCache::position_tiers(int layer, int /*kv_head*/, std::vector<Tier>* out) const {
+  const Layer& L = layers_[layer];
+  out->assign(size_t(n_past_), Tier::kLocal);  // sink, and any position without a window
+  for (int64_t p = p_.sink; p < n_past_; ++p) {
+    const int64_t w = (p - p_.sink) / p_.window;
+    if (w < int64_t(L.windows.size())) (*out)[size_t(p)] = L.windows[size_t(w)].tier;
+  }
+}
+
 Tier TieredKvCache::window_tier(int layer, int32_t window) const {
   return layers_[layer].windows[window].tier;
 }

@@ -60,8 +60,11 @@ class TieredKvCache final : public SequenceKvCache {
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;
+  int64_t routing_events() const override { return routing_events_; }
+  void position_tiers(int layer, int kv_head, std::vector<Tier>* out) const override;
 
   TierStats stats() const;
+  const KvCacheParams& params() const { return p_; }
   // Bytes in use that count against the budget (sink + local excluded from B_hist but
   // included here; ledger of promoted windows included only in strict mode), max over layers.
   size_t budgeted_bytes_in_use(int layer) const;

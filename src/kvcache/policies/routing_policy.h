@@ -9,11 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "kvcache/tier.h"
+
 namespace qevict {
-
-enum class Tier : uint8_t { kLocal, kFull, kQuant, kEvicted };
-
-inline char tier_char(Tier t) { return "LFQE"[static_cast<int>(t)]; }
 
 struct RoutingCandidate {
   int32_t window = 0;        // window id (older windows have smaller ids)
