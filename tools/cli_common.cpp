@@ -2,7 +2,9 @@
 #include "cli_common.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -75,24 +77,32 @@ Expected<std::string> read_prompt(const std::string& text, const std::string& fi
 
 void add_kv_options(CLI::App& app, KvOptions& o) {
   KvCacheParams& p = o.params;
-  app.add_option("--kv-policy", p.policy, "KV cache: full, or qevict (tiered F/Q/E)")
+  app.add_option("--kv-policy", p.policy,
+                 "KV cache: full, qevict (tiered F/Q/E), streaming (StreamingLLM: sink + recent) "
+                 "or h2o (heavy hitters + recent, per head)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"full", "qevict"}));
+      ->check(CLI::IsMember({"full", "qevict", "streaming", "h2o"}));
   app.add_option("--kv-budget", p.budget_fraction,
                  "KV budget per layer as a fraction of the full cache for -c tokens")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--kv-budget-bytes", p.budget_bytes, "KV budget per layer in bytes")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-q", p.q,
-                 "share of the history budget for the low-bit tier (0: two tiers F+E)")
-      ->capture_default_str();
-  app.add_option("--kv-window", p.window, "tokens per window (ω)")->capture_default_str();
-  app.add_option("--kv-route-every", p.route_every, "decode steps between routing events (Ω)")
-      ->capture_default_str();
-  app.add_option("--kv-sink", p.sink, "sink tokens kept in full precision")->capture_default_str();
-  app.add_option("--kv-local", p.local, "newest tokens kept in full precision")
-      ->capture_default_str();
-  app.add_option("--kv-bits", p.bits, "low-bit tier: 2 or 4 bits")->capture_default_str();
+  o.q = app.add_option("--kv-q", p.q,
+                       "share of the history budget for the low-bit tier (0: two tiers F+E; "
+                       "streaming default 0)")
+            ->capture_default_str();
+  o.window = app.add_option("--kv-window", p.window, "tokens per window (ω; streaming default 1)")
+                 ->capture_default_str();
+  o.route_every = app.add_option("--kv-route-every", p.route_every,
+                                 "decode steps between routing events (Ω; streaming/h2o default 1)")
+                      ->capture_default_str();
+  o.sink = app.add_option("--kv-sink", p.sink,
+                          "sink tokens kept in full precision (streaming default 4, h2o 0)")
+               ->capture_default_str();
+  o.local = app.add_option("--kv-local", p.local,
+                           "newest tokens kept in full precision (h2o default: half the budget)")
+                ->capture_default_str();
+  o.bits = app.add_option("--kv-bits", p.bits, "low-bit tier: 2 or 4 bits")->capture_default_str();
   app.add_option("--kv-group", p.value_group, "value quantization group (0: head_dim)")
       ->capture_default_str();
   app.add_option("--kv-dtype", o.dtype, "full-precision KV type")
@@ -108,6 +118,15 @@ void add_kv_options(CLI::App& app, KvOptions& o) {
 Expected<KvCacheParams> kv_params(const KvOptions& o) {
   KvCacheParams p = o.params;
   p.dtype = o.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
+  auto given = [](const CLI::Option* opt) { return opt != nullptr && opt->count() > 0; };
+  KvParamsGiven g;
+  g.window = given(o.window);
+  g.route_every = given(o.route_every);
+  g.sink = given(o.sink);
+  g.local = given(o.local);
+  g.q = given(o.q);
+  g.bits = given(o.bits);
+  QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, g));
   QEVICT_RETURN_IF_ERROR(p.validate());
   return p;
 }
@@ -174,6 +193,33 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
                                                 100.0 * s.route_seconds_decode / decode_seconds)
                                         .c_str()
                                   : "");
+}
+
+static double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ProgressBar::ProgressBar(std::string label)
+    : label_(std::move(label)), tty_(isatty(fileno(stderr)) != 0), t0_(now_seconds()) {}
+
+void ProgressBar::update(int64_t done, int64_t total) {
+  if (total <= 0) return;
+  const int pct = int(100 * done / total);
+  if (pct == last_ || (!tty_ && pct / 10 == last_ / 10 && pct != 100)) return;
+  last_ = pct;
+  const double el = now_seconds() - t0_;
+  const double left = done > 0 ? el * double(total - done) / double(done) : 0.0;
+  constexpr int kWidth = 30;
+  std::string bar(size_t(kWidth * pct / 100), '#');
+  bar.resize(kWidth, ' ');
+  std::fprintf(stderr, "%s%s [%s] %3d%% %lld/%lld  %.0f s elapsed, ~%.0f s left%s",
+               tty_ ? "\r" : "", label_.c_str(), bar.c_str(), pct, (long long)done,
+               (long long)total, el, left, tty_ ? "" : "\n");
+  std::fflush(stderr);
+}
+
+void ProgressBar::finish() {
+  if (tty_ && last_ >= 0) std::fprintf(stderr, "\n");
 }
 
 int fail(const std::string& msg) {

@@ -38,13 +38,32 @@ struct KvOptions {
   KvCacheParams params;
   std::string dtype = "f16";
   bool stats = false;
+  // The options whose explicit use overrides a policy's published defaults.
+  CLI::Option *window = nullptr, *route_every = nullptr, *sink = nullptr, *local = nullptr,
+              *q = nullptr, *bits = nullptr;
 };
 void add_kv_options(CLI::App& app, KvOptions& o);
-// Finishes the params (dtype string) and validates them.
+// Finishes the params (dtype string, the policy's defaults for options not given) and
+// validates them.
 Expected<KvCacheParams> kv_params(const KvOptions& o);
 // --kv-stats: per layer and total — windows per tier, moves, bytes by tier, ledger bytes
 // held by promoted windows, routing / quantization time — on stderr.
 void print_kv_stats(const SequenceKvCache& cache, double decode_seconds);
+
+// A progress bar on stderr for long runs: redrawn in place on a terminal, a line every 10 %
+// otherwise (logs); shows the rate and the time left.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  void update(int64_t done, int64_t total);
+  void finish();
+
+ private:
+  std::string label_;
+  bool tty_;
+  int last_ = -1;
+  double t0_;
+};
 
 // Prints "error: <msg>" on stderr and returns the exit code 1.
 int fail(const std::string& msg);
