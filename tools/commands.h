@@ -13,5 +13,6 @@ Runner add_generate(CLI::App& app);
 Runner add_perplexity(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_diagnose(CLI::App& app);
 
 }  // namespace qevict::cli

@@ -1,4 +1,4 @@
-// qevict: command-line entry. Subcommands: generate, perplexity, tokenize.
+// qevict: command-line entry. Subcommands: generate, perplexity, tokenize, bench, diagnose.
 #include <cstdio>
 #include <map>
 
@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
       qevict::cli::add_tokenize);
   add("bench", "prefill and decode speed at given context depths (medians)",
       qevict::cli::add_bench);
+  add("diagnose", "the paper's diagnostics: FullKV vs R1-R4, StreamingLLM, H2O in lockstep",
+      qevict::cli::add_diagnose);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

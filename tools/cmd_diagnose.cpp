@@ -1,0 +1,133 @@
+// qevict diagnose: the paper's diagnostics (SPEC §8) on any model — FullKV and the variants
+// R1–R4, StreamingLLM and H2O decode the same tokens in lockstep; writes diagnostics.json
+// (every number and the configuration) and diagnostics.md (summary) into --out-dir.
+// Plots: tools/diagnostics/plot_diagnostics.py DIR/diagnostics.json.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "eval/diagnose.h"
+
+namespace qevict::cli {
+
+namespace {
+
+struct DiagnoseArgs {
+  ModelOptions model;
+  std::string file;
+  std::string out_dir = "results/diagnostics";
+  std::string variants = "R1,R2,R3,R4,streaming,h2o";
+  std::string dtype = "f16";
+  eval::DiagnoseOptions opts;
+};
+
+int run_diagnose_cmd(DiagnoseArgs a) {
+  std::vector<std::string> names;
+  {
+    std::stringstream ss(a.variants);
+    std::string n;
+    while (std::getline(ss, n, ','))
+      if (!n.empty()) names.push_back(n);
+  }
+  a.opts.variants = names;
+  a.opts.base.dtype = a.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
+  if (a.opts.budget_bytes > 0) a.opts.budget = 0.0;
+  Status v = a.opts.validate();
+  if (!v) return fail(v.message());
+  for (const auto& n : names) {
+    auto p = eval::variant_params(n, a.opts);
+    if (!p) return fail(p.error());
+  }
+  auto loaded = load_model(a.model);
+  if (!loaded) return fail(loaded.error());
+  auto text = read_prompt("", a.file);
+  if (!text) return fail(text.error());
+  std::vector<int32_t> tokens =
+      loaded->tokenizer->encode(*text, /*add_special=*/false, /*parse_special=*/false);
+  if (loaded->tokenizer->bos() >= 0) tokens.insert(tokens.begin(), loaded->tokenizer->bos());
+  if (int64_t(tokens.size()) < a.opts.prefill)
+    return fail(fmt::format("{}: {} tokens, fewer than --prefill {}", a.file, tokens.size(),
+                            a.opts.prefill));
+  std::error_code ec;
+  std::filesystem::create_directories(a.out_dir, ec);
+  if (ec) return fail(fmt::format("{}: cannot create: {}", a.out_dir, ec.message()));
+
+  const int threads = resolve_threads(a.model.threads);
+  ThreadPool pool(threads);
+  std::fprintf(stderr, "diagnose: %lld prompt tokens + %lld steps, variants %s, %d threads\n",
+               (long long)a.opts.prefill, (long long)a.opts.gen, a.variants.c_str(), threads);
+  ProgressBar bar("diagnose");
+  auto r = eval::run_diagnose(*loaded->model, pool, tokens, a.opts,
+                              [&](int64_t d, int64_t t) { bar.update(d, t); });
+  bar.finish();
+  if (!r) return fail(r.error());
+  nlohmann::json j = std::move(*r);
+  j["config"]["model"] =
+      std::filesystem::path(*resolve_model_path(a.model.model_path)).filename().string();
+  j["config"]["text"] = a.file;
+  const std::string json_path = a.out_dir + "/diagnostics.json";
+  const std::string md_path = a.out_dir + "/diagnostics.md";
+  {
+    std::ofstream f(json_path);
+    f << j.dump(1) << "\n";
+    if (!f) return fail(fmt::format("{}: cannot write", json_path));
+  }
+  const std::string md = eval::diagnose_markdown(j);
+  {
+    std::ofstream f(md_path);
+    f << md;
+    if (!f) return fail(fmt::format("{}: cannot write", md_path));
+  }
+  std::printf("%s\n", md.c_str());
+  std::fprintf(stderr,
+               "wrote %s and %s\nplots: $(tools/venv.sh) tools/diagnostics/plot_diagnostics.py "
+               "%s\n",
+               json_path.c_str(), md_path.c_str(), json_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_diagnose(CLI::App& app) {
+  auto a = std::make_shared<DiagnoseArgs>();
+  add_model_options(app, a->model);
+  app.add_option("-f,--file", a->file, "text whose first --prefill tokens are the prompt")
+      ->required();
+  app.add_option("--prefill", a->opts.prefill, "prompt tokens")->capture_default_str();
+  app.add_option("--gen", a->opts.gen, "decode steps (FullKV's greedy tokens)")
+      ->capture_default_str();
+  app.add_option("-b,--prefill-chunk", a->opts.chunk, "prompt tokens per forward call")
+      ->capture_default_str();
+  app.add_option("--kv-budget", a->opts.budget,
+                 "budget per layer, a fraction of the full cache for prefill + gen tokens")
+      ->capture_default_str();
+  app.add_option("--kv-budget-bytes", a->opts.budget_bytes,
+                 "budget per layer in bytes (instead of --kv-budget)");
+  app.add_option("--variants", a->variants,
+                 "comma-separated: R1 (ω=1, F+E), R2 (ω=8, F+E), R3 (QEvict, ω=8), R4 (ω=32), "
+                 "streaming, h2o")
+      ->capture_default_str();
+  app.add_option("--out-dir", a->out_dir, "where diagnostics.json and diagnostics.md go")
+      ->capture_default_str();
+  app.add_option("--map-layer", a->opts.map_layer,
+                 "layer drawn in the tier map (default: R3's layer with the most tier moves)");
+  KvCacheParams& p = a->opts.base;
+  app.add_option("--kv-q", p.q, "low-bit share of the history budget for R3/R4")
+      ->capture_default_str();
+  app.add_option("--kv-route-every", p.route_every, "decode steps between routing events (R1–R4)")
+      ->capture_default_str();
+  app.add_option("--kv-sink", p.sink, "sink tokens (R1–R4)")->capture_default_str();
+  app.add_option("--kv-local", p.local, "local tokens (R1–R4)")->capture_default_str();
+  app.add_option("--kv-bits", p.bits, "low-bit tier: 2 or 4 bits")->capture_default_str();
+  app.add_option("--kv-dtype", a->dtype, "full-precision KV type")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f16", "bf16"}));
+  return [a] { return run_diagnose_cmd(*a); };
+}
+
+}  // namespace qevict::cli
