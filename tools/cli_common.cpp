@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kvcache/head_cache.h"
 #include "kvcache/tiered_cache.h"
 
 namespace qevict::cli {
@@ -136,6 +137,17 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
   std::fprintf(stderr, "kv-stats: %s\n", cache.describe().c_str());
   std::fprintf(stderr, "kv-stats: bytes held by the cache: %.2f MiB\n",
                cache.bytes_held() / 1048576.0);
+  if (const auto* h = dynamic_cast<const HeadKvCache*>(&cache)) {
+    size_t worst = 0;
+    for (int l = 0; l < h->n_layers(); ++l) worst = std::max(worst, h->bytes_in_use(l));
+    std::fprintf(stderr,
+                 "kv-stats: per-head tokens: capacity %lld (heavy %lld) | routing events %lld | "
+                 "tokens evicted %lld (all layers and heads) | bytes in use %zu of a budget of "
+                 "%zu B/layer (worst layer)\n",
+                 (long long)h->head_capacity(), (long long)h->heavy_capacity(),
+                 (long long)h->routing_events(), (long long)h->evictions(), worst,
+                 h->budget_bytes());
+  }
   if (!t) return;
   const TierStats s = t->stats();
   std::fprintf(stderr,

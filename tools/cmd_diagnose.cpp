@@ -1,6 +1,7 @@
 // qevict diagnose: the paper's diagnostics (SPEC §8) on any model — FullKV and the variants
 // R1–R4, StreamingLLM and H2O decode the same tokens in lockstep; writes diagnostics.json
-// (every number and the configuration) and diagnostics.md (summary) into --out-dir.
+// (every number and the configuration), diagnostics.md (summary) and fullkv_attention.npy
+// (FullKV's attention per decode step, layer/head-averaged) into --out-dir.
 // Plots: tools/diagnostics/plot_diagnostics.py DIR/diagnostics.json.
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "core/npy.h"
 #include "eval/diagnose.h"
 
 namespace qevict::cli {
@@ -62,8 +64,10 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   std::fprintf(stderr, "diagnose: %lld prompt tokens + %lld steps, variants %s, %d threads\n",
                (long long)a.opts.prefill, (long long)a.opts.gen, a.variants.c_str(), threads);
   ProgressBar bar("diagnose");
-  auto r = eval::run_diagnose(*loaded->model, pool, tokens, a.opts,
-                              [&](int64_t d, int64_t t) { bar.update(d, t); });
+  std::vector<float> attention;
+  auto r = eval::run_diagnose(
+      *loaded->model, pool, tokens, a.opts, [&](int64_t d, int64_t t) { bar.update(d, t); },
+      &attention);
   bar.finish();
   if (!r) return fail(r.error());
   nlohmann::json j = std::move(*r);
@@ -77,6 +81,15 @@ int run_diagnose_cmd(DiagnoseArgs a) {
     f << j.dump(1) << "\n";
     if (!f) return fail(fmt::format("{}: cannot write", json_path));
   }
+  const std::string npy_path = a.out_dir + "/fullkv_attention.npy";
+  {
+    NpyWriter w;
+    const int64_t cols = a.opts.prefill + a.opts.gen;
+    Status s = w.open(npy_path, cols);
+    if (s) s = w.append_rows(attention.data(), a.opts.gen);
+    if (s) s = w.close();
+    if (!s) return fail(s.message());
+  }
   const std::string md = eval::diagnose_markdown(j);
   {
     std::ofstream f(md_path);
@@ -85,9 +98,9 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   }
   std::printf("%s\n", md.c_str());
   std::fprintf(stderr,
-               "wrote %s and %s\nplots: $(tools/venv.sh) tools/diagnostics/plot_diagnostics.py "
+               "wrote %s, %s and %s (FullKV attention per step, layer/head-averaged)\nplots: $(tools/venv.sh) tools/diagnostics/plot_diagnostics.py "
                "%s\n",
-               json_path.c_str(), md_path.c_str(), json_path.c_str());
+               json_path.c_str(), md_path.c_str(), npy_path.c_str(), json_path.c_str());
   return 0;
 }
 

@@ -221,7 +221,8 @@ void window_sums(const T* row, int64_t n_pos, int sink, int omega, int64_t n_win
 
 Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<int32_t>& prompt,
                             const DiagnoseOptions& o,
-                            const std::function<void(int64_t, int64_t)>& progress) {
+                            const std::function<void(int64_t, int64_t)>& progress,
+                            std::vector<float>* fullkv_attention) {
   QEVICT_RETURN_IF_ERROR(o.validate());
   if (int64_t(prompt.size()) < o.prefill)
     return Status::error(
@@ -329,6 +330,14 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
     if (progress) progress(n_chunks + t + 1, total_calls);
   }
   const double run_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (fullkv_attention) {
+    fullkv_attention->assign(size_t(o.gen) * n_ctx, 0.0f);
+    for (int64_t t = 0; t < o.gen; ++t)
+      for (int l = 0; l < NL; ++l)
+        for (int64_t p = 0; p < n_ctx; ++p)
+          (*fullkv_attention)[size_t(t) * n_ctx + p] +=
+              hist[(size_t(t) * NL + l) * n_ctx + p] / float(NL);
+  }
 
   // ---- Metrics over the recorded traces ----
   json out;

@@ -42,11 +42,14 @@ struct DiagnoseOptions {
 Expected<KvCacheParams> variant_params(const std::string& name, const DiagnoseOptions& o);
 
 // Runs the diagnostics on `prompt` (at least opts.prefill tokens; the first prefill are used).
-// progress(done, total) is called after every forward call.
+// progress(done, total) is called after every forward call. fullkv_attention, when given,
+// receives FullKV's attention of every decode step averaged over layers and heads:
+// f32 [gen][prefill + gen] (positions not yet written are 0).
 Expected<nlohmann::json> run_diagnose(Model& model, ThreadPool& pool,
                                       const std::vector<int32_t>& prompt,
                                       const DiagnoseOptions& opts,
-                                      const std::function<void(int64_t, int64_t)>& progress);
+                                      const std::function<void(int64_t, int64_t)>& progress,
+                                      std::vector<float>* fullkv_attention = nullptr);
 
 // A markdown summary of run_diagnose's JSON.
 std::string diagnose_markdown(const nlohmann::json& j);

@@ -46,6 +46,7 @@ TierMass mass_by_tier(const float* attn, int64_t n, const std::vector<Tier>& tie
 
 std::vector<Tier> window_tiers(const std::vector<Tier>& positions, int sink, int omega) {
   std::vector<Tier> w;
+  if (omega < 1 || sink < 0) return w;
   for (int64_t p = sink; p < int64_t(positions.size()); p += omega) w.push_back(positions[p]);
   return w;
 }

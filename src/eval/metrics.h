@@ -24,7 +24,7 @@ TierMass mass_by_tier(const float* attn, int64_t n, const std::vector<Tier>& tie
 
 // Tier of each routing unit (window) from position tiers: window w covers positions
 // [sink + w·ω, sink + (w+1)·ω) and takes the tier of its first position. Positions that
-// have not arrived give no window; the sink gives none.
+// have not arrived give no window; the sink gives none. ω < 1 or sink < 0: no windows.
 std::vector<Tier> window_tiers(const std::vector<Tier>& positions, int sink, int omega);
 
 // Jaccard distance 1 − |A ∩ B| / |A ∪ B| between the windows that `keep` selects in two
@@ -39,6 +39,7 @@ double jaccard_distance(const std::vector<Tier>& a, const std::vector<Tier>& b, 
 // the full-precision set (in_full[e][w], shorter rows: windows not yet present), a window
 // "left" when it was in the set at some event and not at a later one, and "returned" when it
 // was in the set again after having left. lir = returned / left (-1 when nothing left).
+// Rows only grow (window ids are stable): a window missing from a later row counts as out.
 struct LirCounts {
   int64_t windows = 0;   // windows ever seen in the set
   int64_t left = 0;      // windows that left the set at least once
@@ -50,6 +51,7 @@ LirCounts lir_counts(const std::vector<std::vector<uint8_t>>& in_full);
 
 // Membership of the top k windows by score among the first n_candidates (ties: older
 // window first — the same rule as the online policy), as a 0/1 row of n_candidates.
+// Scores must not be NaN.
 std::vector<uint8_t> top_k_membership(const std::vector<double>& score, int64_t n_candidates,
                                       int64_t k);
 

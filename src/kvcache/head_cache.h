@@ -56,6 +56,7 @@ class HeadKvCache final : public SequenceKvCache {
   int64_t head_capacity() const { return capacity_; }         // C tokens per KV head
   int64_t heavy_capacity() const { return heavy_capacity_; }  // K = C - S - L
   int64_t evictions() const { return evictions_; }            // tokens evicted, all heads
+  int n_layers() const { return shape_.n_layers; }
 
   // Introspection for tests and diagnostics.
   std::vector<int32_t> kept_positions(int layer, int kv_head) const;  // ascending
