@@ -377,6 +377,8 @@ void TieredKvCache::clear() {
   }
   n_past_ = n_new_ = 0;
   steps_since_route_ = 0;
+  routing_events_ = 0;
+  route_s_ = quant_s_ = promote_s_ = route_decode_s_ = 0.0;
 }
 
 size_t TieredKvCache::budgeted_bytes_in_use(int layer) const {
