@@ -78,7 +78,7 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   const std::string md_path = a.out_dir + "/diagnostics.md";
   {
     std::ofstream f(json_path);
-    f << j.dump(1) << "\n";
+    f << j.dump() << "\n";
     if (!f) return fail(fmt::format("{}: cannot write", json_path));
   }
   const std::string npy_path = a.out_dir + "/fullkv_attention.npy";

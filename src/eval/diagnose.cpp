@@ -506,7 +506,7 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
                            {"pairs", ga.size()}};
     }
 
-    // Tier map: one layer (KV head 0), windows × snapshots.
+    // Tier map: one layer (KV head 0), windows × routing events.
     json tm;
     tm["layer"] = map_layer;
     tm["unit_tokens"] = v.unit;
@@ -514,6 +514,8 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
     json ev = json::array();
     const int u = v.per_head ? map_layer * H : map_layer;
     for (const auto& s : v.snaps) {
+      // Policies that route every step (streaming, h2o) are drawn every 8 steps.
+      if ((s.n_past - o.prefill) % 8 != 0) continue;
       std::string row;
       for (Tier t : s.windows[u]) row += tier_char(t);
       ev.push_back({{"n_past", s.n_past}, {"tiers", row}});
@@ -621,19 +623,25 @@ std::string diagnose_markdown(const json& j) {
   md += "## Per variant\n\n";
   md +=
       "| variant | cache | FMM mean | FMM last ¼ | mass F | mass Q | mass E | mass sink+local | "
-      "churn kept | churn F | LIR online | top-1 vs FullKV | mean KL | young-window eviction |\n";
-  md += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "churn kept | churn F | LIR online | top-1 vs FullKV | mean KL | young-window eviction | "
+      "bytes held |\n";
+  md += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& name : c["variants"]) {
     const json& v = vs[name.get<std::string>()];
     md += fmt::format(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} MiB |\n",
         name.get<std::string>(), v["describe"].get<std::string>(), pct(v["fmm_mean"]),
         pct(v["fmm_last_quarter_mean"]), pct(at(v, {"mass_by_tier", "full"})),
         pct(at(v, {"mass_by_tier", "quant"})), pct(at(v, {"mass_by_tier", "evicted"})),
         pct(at(v, {"mass_by_tier", "local"})), num(at(v, {"churn", "kept"})),
         num(at(v, {"churn", "full"})), pct(at(v, {"lir", "lir"})), pct(v["top1_agreement"]),
-        num(v["mean_kl"]), pct(at(v, {"young_window_eviction", "share"})));
+        num(v["mean_kl"]), pct(at(v, {"young_window_eviction", "share"})),
+        v["bytes_held"].get<double>() / 1048576.0);
   }
+  md += fmt::format(
+      "\nFullKV holds {:.2f} MiB. \"Bytes held\" is what each cache object really holds at the "
+      "end (pools in whole chunks, RoPE table, scratch), not the budget.\n",
+      j["full"]["bytes_held"].get<double>() / 1048576.0);
   auto var = [&](const char* n, std::initializer_list<const char*> path) -> const json& {
     static const json null_json;
     if (!vs.contains(n)) return null_json;

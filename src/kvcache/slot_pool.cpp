@@ -7,10 +7,10 @@ namespace qevict {
 
 int32_t SlotPool::acquire() {
   if (free_.empty()) {
-    const int32_t base = static_cast<int32_t>(chunks_.size() * kChunkSlots);
-    chunks_.emplace_back(new uint8_t[kChunkSlots * slot_bytes_]());
+    const int32_t base = static_cast<int32_t>(chunks_.size() * chunk_slots_);
+    chunks_.emplace_back(new uint8_t[chunk_slots_ * slot_bytes_]());
     // Hand out low ids first: push in reverse so back() is the lowest.
-    for (int i = kChunkSlots - 1; i >= 0; --i) free_.push_back(base + i);
+    for (int i = chunk_slots_ - 1; i >= 0; --i) free_.push_back(base + i);
   }
   const int32_t s = free_.back();
   free_.pop_back();
@@ -25,17 +25,17 @@ void SlotPool::release(int32_t slot) {
 
 void SlotPool::reset() {
   free_.clear();
-  for (int32_t s = static_cast<int32_t>(chunks_.size() * kChunkSlots) - 1; s >= 0; --s)
+  for (int32_t s = static_cast<int32_t>(chunks_.size() * chunk_slots_) - 1; s >= 0; --s)
     free_.push_back(s);
   in_use_ = 0;
 }
 
 std::vector<std::pair<int32_t, int32_t>> SlotPool::compact() {
   std::vector<std::pair<int32_t, int32_t>> moves;
-  const int32_t total = static_cast<int32_t>(chunks_.size() * kChunkSlots);
-  const int32_t keep_chunks = (in_use_ + kChunkSlots - 1) / kChunkSlots;
+  const int32_t total = static_cast<int32_t>(chunks_.size() * chunk_slots_);
+  const int32_t keep_chunks = (in_use_ + chunk_slots_ - 1) / chunk_slots_;
   if (int32_t(chunks_.size()) <= keep_chunks) return moves;
-  const int32_t boundary = keep_chunks * kChunkSlots;
+  const int32_t boundary = keep_chunks * chunk_slots_;
   std::vector<char> is_free(size_t(total), 0);
   for (int32_t f : free_) is_free[size_t(f)] = 1;
   std::vector<int32_t> low_free;

@@ -1,8 +1,9 @@
-// Fixed-size slots of bytes, allocated in chunks of kChunkSlots and recycled through a free
-// list: slot addresses never move, growth never copies, and in steady state nothing is
-// allocated. bytes_allocated() is what the process really holds for the pool.
+// Fixed-size slots of bytes, allocated in chunks (up to kChunkSlots slots, ~kChunkBytes) and
+// recycled through a free list: slot addresses never move, growth never copies, and in steady state
+// nothing is allocated. bytes_allocated() is what the process really holds for the pool.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,9 +14,17 @@ namespace qevict {
 
 class SlotPool {
  public:
+  // A chunk holds up to kChunkSlots slots and at most about kChunkBytes (but at least one
+  // slot), so that large slots (e.g. 32-token windows) do not make the pool hold far more
+  // than the budget it serves.
   static constexpr int kChunkSlots = 32;
+  static constexpr size_t kChunkBytes = size_t(64) << 10;
 
-  explicit SlotPool(size_t slot_bytes = 0) : slot_bytes_(slot_bytes) {}
+  explicit SlotPool(size_t slot_bytes = 0)
+      : slot_bytes_(slot_bytes),
+        chunk_slots_(slot_bytes == 0
+                         ? kChunkSlots
+                         : int32_t(std::clamp<size_t>(kChunkBytes / slot_bytes, 1, kChunkSlots))) {}
   SlotPool(SlotPool&&) = default;
   SlotPool& operator=(SlotPool&&) = default;
 
@@ -24,14 +33,15 @@ class SlotPool {
   int32_t acquire();
   void release(int32_t slot);
   uint8_t* at(int32_t slot) {
-    return chunks_[size_t(slot) / kChunkSlots].get() + size_t(slot % kChunkSlots) * slot_bytes_;
+    return chunks_[size_t(slot / chunk_slots_)].get() + size_t(slot % chunk_slots_) * slot_bytes_;
   }
   const uint8_t* at(int32_t slot) const {
-    return chunks_[size_t(slot) / kChunkSlots].get() + size_t(slot % kChunkSlots) * slot_bytes_;
+    return chunks_[size_t(slot / chunk_slots_)].get() + size_t(slot % chunk_slots_) * slot_bytes_;
   }
+  int32_t chunk_slots() const { return chunk_slots_; }
   int32_t in_use() const { return in_use_; }
   size_t bytes_in_use() const { return size_t(in_use_) * slot_bytes_; }
-  size_t bytes_allocated() const { return chunks_.size() * kChunkSlots * slot_bytes_; }
+  size_t bytes_allocated() const { return chunks_.size() * chunk_slots_ * slot_bytes_; }
   // Frees every slot (keeps the chunks).
   void reset();
   // Gives back whole chunks when at least one chunk's worth of slots is free: slots above
@@ -41,6 +51,7 @@ class SlotPool {
 
  private:
   size_t slot_bytes_;
+  int32_t chunk_slots_;
   std::vector<std::unique_ptr<uint8_t[]>> chunks_;
   std::vector<int32_t> free_;
   int32_t in_use_ = 0;

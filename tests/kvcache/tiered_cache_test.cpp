@@ -280,6 +280,26 @@ TEST(TieredKvCache, InvalidParamsGiveClearErrors) {
   EXPECT_FALSE(make_kv_cache(s, 100, p).has_value()) << "fraction and bytes together";
 }
 
+// Large slots get small chunks: a pool of 24 KiB windows (ω = 32 on SmolLM2) grows by two
+// slots at a time, not 32 (which would hold 768 KiB per layer whatever the budget).
+TEST(SlotPool, ChunksOfLargeSlotsStaySmall) {
+  SlotPool big(24576);
+  EXPECT_EQ(big.chunk_slots(), 2);  // 64 KiB / 24 KiB
+  const int32_t a = big.acquire();
+  EXPECT_EQ(big.bytes_allocated(), size_t(2) * 24576);
+  const int32_t b = big.acquire(), c = big.acquire();
+  EXPECT_EQ(big.bytes_allocated(), size_t(4) * 24576);
+  big.at(c)[0] = 7;
+  big.release(a);
+  big.release(b);
+  const auto moves = big.compact();  // 1 live slot: one chunk of 2 is enough
+  EXPECT_EQ(big.bytes_allocated(), size_t(2) * 24576);
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(big.at(moves[0].second)[0], 7);
+  EXPECT_EQ(SlotPool(70000).chunk_slots(), 1);  // never less than one slot
+  EXPECT_EQ(SlotPool(4).chunk_slots(), SlotPool::kChunkSlots);
+}
+
 TEST(SlotPool, CompactMovesLiveSlotsDownAndReleasesChunks) {
   SlotPool pool(4);
   std::vector<int32_t> ids;

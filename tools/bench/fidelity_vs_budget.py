@@ -5,8 +5,9 @@ For a committed text: the first --prefill tokens are a prompt (chunked prefill),
 --forced tokens are teacher-forced one token per forward call, so routing runs while we
 score. FullKV's logits are saved once (--logits-out); every variant is compared with them
 (--kl-base) over the teacher-forced positions: mean KL(FullKV || variant) and top-1
-agreement. Variants: qevict (F + Q + E, q = 0.70) and the two-tier cache with the same
-windows (--kv-q 0, F + E), at every budget.
+agreement. Variants (--variants): qevict (F + Q + E, q = 0.70), the two-tier cache with the
+same windows (--kv-q 0, F + E), StreamingLLM (sink + recent) and H2O (heavy hitters + recent,
+per head), each with its authors' defaults, at every budget (equal bytes per layer).
 
     python=$(tools/venv.sh)
     $python tools/bench/fidelity_vs_budget.py --qevict build/tools/qevict --model "$(tools/fetch_model.sh)" \
@@ -42,6 +43,7 @@ def main():
     ap.add_argument("--budgets", default="0.5,0.2,0.1,0.05")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--extra", default="", help="extra qevict flags for every variant run")
+    ap.add_argument("--variants", default="qevict,two-tier,streaming,h2o")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "results/fidelity"))
     a = ap.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
@@ -52,7 +54,11 @@ def main():
     out, _ = run(base_cmd + ["--logits-out", full_npy])
     full_ppl = float(re.search(r"perplexity: ([0-9.]+)", out).group(1))
     rows = []
-    variants = [("qevict", ["--kv-policy", "qevict"]), ("two-tier (q=0)", ["--kv-policy", "qevict", "--kv-q", "0"])]
+    known = {"qevict": ("qevict", ["--kv-policy", "qevict"]),
+             "two-tier": ("two-tier (q=0)", ["--kv-policy", "qevict", "--kv-q", "0"]),
+             "streaming": ("streaming", ["--kv-policy", "streaming"]),
+             "h2o": ("h2o", ["--kv-policy", "h2o"])}
+    variants = [known[v] for v in a.variants.split(",")]
     for b in [float(x) for x in a.budgets.split(",")]:
         for name, flags in variants:
             out, err = run(base_cmd + flags + ["--kv-budget", str(b), "--kl-base", full_npy, "--kv-stats"] +

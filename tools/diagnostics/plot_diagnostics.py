@@ -117,19 +117,23 @@ def plot_tier_map(j, out):
 
 def plot_ledger(j, out):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name in ("R3", "R4"):
+    moves_ax = axes[0].twinx()
+    for name, colour in (("R3", "#1f77b4"), ("R4", "#ff7f0e")):
         v = j["variants"].get(name)
         if not v or "ledger" not in v:
             continue
         ev = v["ledger"]["per_event"]
         axes[0].plot([e["n_past"] for e in ev], [e["ledger_bytes_per_layer"] for e in ev],
-                     label=f"{name} ledger bytes held by F windows (mean per layer)")
-        axes[0].bar([e["n_past"] for e in ev], [e["moves"] * 100 for e in ev], width=4,
-                    alpha=0.3, label=f"{name} promotions+demotions x100 (all layers)")
+                     color=colour, label=f"{name}: ledger bytes held by F windows (mean per layer)")
+        moves_ax.bar([e["n_past"] for e in ev], [e["moves"] for e in ev], width=4, alpha=0.3,
+                     color=colour, label=f"{name}: promotions + demotions (all layers)")
     axes[0].set_xlabel("tokens in the cache")
-    axes[0].set_ylabel("bytes")
-    axes[0].set_title("Model run", fontsize=10)
-    axes[0].legend(fontsize=7)
+    axes[0].set_ylabel("ledger bytes per layer")
+    moves_ax.set_ylabel("tier moves at the routing event")
+    axes[0].set_title("Model run: ledger held vs churn", fontsize=10)
+    h0, l0 = axes[0].get_legend_handles_labels()
+    h1, l1 = moves_ax.get_legend_handles_labels()
+    axes[0].legend(h0 + h1, l0 + l1, fontsize=7, loc="upper left")
     osc = j.get("oscillation", {})
     for key, style in (("non_strict", "-"), ("strict", "--")):
         o = osc.get(key)
