@@ -15,11 +15,7 @@ FullKvCache::FullKvCache(const KvShape& shape, int64_t n_ctx, HalfType dtype)
     : shape_(shape), n_ctx_(n_ctx), dtype_(dtype), pages_(shape.n_layers) {}
 
 Status FullKvCache::begin(int64_t n_new) {
-  if (n_new <= 0) return Status::error("a forward call needs at least one token");
-  if (n_past_ + n_new > n_ctx_)
-    return Status::error(
-        fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
-                    n_past_, n_new, n_ctx_));
+  QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
   const int64_t pages_needed = (n_past_ + n_new + kPageTokens - 1) / kPageTokens;
   const size_t page_elems = size_t(shape_.n_kv_heads) * kPageTokens * shape_.head_dim;
   for (auto& layer_pages : pages_) {

@@ -97,11 +97,7 @@ HeadKvCache::HeadKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParam
 }
 
 Status HeadKvCache::begin(int64_t n_new) {
-  if (n_new <= 0) return Status::error("a forward call needs at least one token");
-  if (n_past_ + n_new > n_ctx_)
-    return Status::error(
-        fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
-                    n_past_, n_new, n_ctx_));
+  QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
   n_new_ = n_new;
   return Status::ok();
 }

@@ -33,6 +33,9 @@ struct KvShape {
   Status validate() const;
 };
 
+// The check every cache's begin() makes: at least one token, and room for it in n_ctx.
+Status check_begin(int64_t n_past, int64_t n_new, int64_t n_ctx);
+
 // Receives the attention a cache computed (diagnostics, SPEC §8). For one attend() call:
 //   probs f32 [n_kv_heads][n_keys], n_keys = positions [0, n_past + n_new): the probability
 //   each position received, summed over the call's query tokens and averaged over the

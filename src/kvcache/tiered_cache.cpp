@@ -57,11 +57,7 @@ TieredKvCache::~TieredKvCache() {
 }
 
 Status TieredKvCache::begin(int64_t n_new) {
-  if (n_new <= 0) return Status::error("a forward call needs at least one token");
-  if (n_past_ + n_new > n_ctx_)
-    return Status::error(
-        fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
-                    n_past_, n_new, n_ctx_));
+  QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
   if (!p_.trace_path.empty() && !trace_)
     return Status::error(fmt::format("{}: cannot write the KV trace", p_.trace_path));
   rope_.ensure(n_past_ + n_new);

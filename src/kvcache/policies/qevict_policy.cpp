@@ -7,7 +7,6 @@ namespace qevict {
 
 void QEvictPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingBudget& b,
                          std::vector<Tier>* out) {
-  out->assign(in.size(), Tier::kEvicted);
   order_.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) order_[i] = static_cast<int32_t>(i);
   std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t c) {
@@ -24,24 +23,7 @@ void QEvictPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingB
     out->assign(in.size(), Tier::kFull);
     return;
   }
-  size_t full_left = b.full_bytes, quant_left = b.quant_bytes;
-  bool full_open = true;
-  for (int32_t i : order_) {
-    // A window keeps (or gets) a ledger entry when it is or was in Q; in strict mode that
-    // copy is charged to the full tier too.
-    const size_t f_cost =
-        b.window_full + (b.strict_ledger && in[i].has_ledger ? b.window_quant : 0);
-    if (full_open && f_cost <= full_left) {
-      (*out)[i] = Tier::kFull;
-      full_left -= f_cost;
-      continue;
-    }
-    full_open = false;  // rank order: once a window misses F, no lower-ranked window takes F
-    if (b.window_quant <= quant_left && b.window_quant > 0) {
-      (*out)[i] = Tier::kQuant;
-      quant_left -= b.window_quant;
-    }
-  }
+  fill_tiers_in_order(order_, in, b, out);
 }
 
 }  // namespace qevict

@@ -28,6 +28,12 @@ struct RoutingBudget {
   bool strict_ledger = false;  // a full window that keeps a ledger also pays M_q from full_bytes
 };
 
+// The fill rule that ranking policies share: walk the candidates in `order` (best first); each
+// takes F while its F cost (M_f, plus M_q in strict mode when it keeps a ledger) fits, and
+// once one misses F no later one takes F; the next take Q while M_q fits; the rest E.
+void fill_tiers_in_order(const std::vector<int32_t>& order, const std::vector<RoutingCandidate>& in,
+                         const RoutingBudget& budget, std::vector<Tier>* out);
+
 class RoutingPolicy {
  public:
   virtual ~RoutingPolicy() = default;
