@@ -109,6 +109,11 @@ void add_kv_options(CLI::App& app, KvOptions& o) {
   app.add_option("--kv-dtype", o.dtype, "full-precision KV type")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "bf16"}));
+  app.add_option("--kv-score", p.score,
+                 "window ranking: sum (cumulative attention, the paper's) or age (mean per step "
+                 "since the window was written)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sum", "age"}));
   app.add_flag("--kv-strict-ledger", p.strict_ledger,
                "charge ledger copies held by promoted windows to the budget");
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");

@@ -98,7 +98,8 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   }
   std::printf("%s\n", md.c_str());
   std::fprintf(stderr,
-               "wrote %s, %s and %s (FullKV attention per step, layer/head-averaged)\nplots: $(tools/venv.sh) tools/diagnostics/plot_diagnostics.py "
+               "wrote %s, %s and %s (FullKV attention per step, layer/head-averaged)\nplots: "
+               "$(tools/venv.sh) tools/diagnostics/plot_diagnostics.py "
                "%s\n",
                json_path.c_str(), md_path.c_str(), npy_path.c_str(), json_path.c_str());
   return 0;
@@ -137,6 +138,9 @@ Runner add_diagnose(CLI::App& app) {
   app.add_option("--kv-sink", p.sink, "sink tokens (R1–R4)")->capture_default_str();
   app.add_option("--kv-local", p.local, "local tokens (R1–R4)")->capture_default_str();
   app.add_option("--kv-bits", p.bits, "low-bit tier: 2 or 4 bits")->capture_default_str();
+  app.add_option("--kv-score", p.score, "window ranking of R1–R4: sum (the paper's) or age")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sum", "age"}));
   app.add_option("--kv-dtype", a->dtype, "full-precision KV type")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "bf16"}));

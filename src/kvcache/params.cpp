@@ -41,6 +41,8 @@ Status KvCacheParams::validate() const {
   if (bits != 2 && bits != 4)
     return Status::error(fmt::format("--kv-bits must be 2 or 4, got {}", bits));
   if (value_group < 0) return Status::error("--kv-group must be >= 0");
+  if (score != "sum" && score != "age")
+    return Status::error(fmt::format("--kv-score must be sum or age, got '{}'", score));
   return Status::ok();
 }
 

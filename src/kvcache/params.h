@@ -26,7 +26,11 @@ struct KvCacheParams {
   int bits = 2;         // low-bit tier: 2 or 4
   int value_group = 0;  // g: value quantization group (0: head_dim)
   bool strict_ledger = false;  // charge ledger copies of promoted windows to the budget
-  std::string trace_path;      // --kv-trace: JSONL record per routing event
+  // How the tiered cache ranks windows: "sum" = the cumulative score S̄(w) (paper Eq. 1);
+  // "age" = S̄(w) divided by the query tokens that have seen the window (n_past − its first
+  // position): the mean attention per step, SPEC §2's first fix for young-window bias.
+  std::string score = "sum";
+  std::string trace_path;  // --kv-trace: JSONL record per routing event
 
   Status validate() const;
 };

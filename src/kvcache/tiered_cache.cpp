@@ -279,10 +279,12 @@ void TieredKvCache::route_layer(int layer) {
   Layer& L = layers_[layer];
   const int64_t aged = std::min<int64_t>(aged_windows(), int64_t(L.windows.size()));
   cand_.clear();
+  const bool by_age = p_.score == "age";
   for (int32_t id = 0; id < aged; ++id) {
     const Window& w = L.windows[id];
     if (w.tier == Tier::kEvicted) continue;
-    cand_.push_back({id, w.score, w.tier, w.q_slot >= 0});
+    cand_.push_back({id, rank_score(w.score, n_past_, p_.sink + int64_t(id) * p_.window, by_age),
+                     w.tier, w.q_slot >= 0});
   }
   policy_->route(cand_, rbudget_, &plan_);
   // Apply the plan in an order that never holds more than the budget: evictions free slots
@@ -400,11 +402,11 @@ size_t TieredKvCache::bytes_held() const {
 
 std::string TieredKvCache::describe() const {
   return fmt::format(
-      "{} (budget {:.1f} KiB/layer, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, M_q {} "
-      "B)",
-      policy_->name(), budget_total_ / 1024.0, rbudget_.full_bytes / m_f_,
-      rbudget_.quant_bytes / m_q_, p_.window, p_.route_every, p_.sink, p_.local, p_.bits, m_f_,
-      m_q_);
+      "{}{} (budget {:.1f} KiB/layer, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, M_q "
+      "{} B)",
+      policy_->name(), p_.score == "age" ? " (age-normalised scores)" : "", budget_total_ / 1024.0,
+      rbudget_.full_bytes / m_f_, rbudget_.quant_bytes / m_q_, p_.window, p_.route_every, p_.sink,
+      p_.local, p_.bits, m_f_, m_q_);
 }
 
 TierStats TieredKvCache::stats() const {

@@ -12,6 +12,7 @@
 // ledger), evict (free all).
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -65,6 +66,11 @@ class TieredKvCache final : public SequenceKvCache {
 
   TierStats stats() const;
   const KvCacheParams& params() const { return p_; }
+  // What a window is ranked by at a routing event: its cumulative score (by_age = false), or
+  // that score per query token that has seen it, i.e. divided by n_past − pos0 (at least 1).
+  static double rank_score(double score, int64_t n_past, int64_t pos0, bool by_age) {
+    return by_age ? score / double(std::max<int64_t>(1, n_past - pos0)) : score;
+  }
   // Bytes in use that count against the budget (sink + local excluded from B_hist but
   // included here; ledger of promoted windows included only in strict mode), max over layers.
   size_t budgeted_bytes_in_use(int layer) const;

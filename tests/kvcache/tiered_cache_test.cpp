@@ -235,6 +235,22 @@ TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
   EXPECT_GT(worst_q, 0.0) << "INT2 must change something";
 }
 
+// --kv-score age ranks by attention per query token that has seen the window: an old window
+// with 3.0 over 300 steps (0.01/step) ranks below a young one with 0.5 over 10 (0.05/step).
+TEST(TieredKvCache, AgeNormalisedRankScore) {
+  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(3.0, 1000, 700, false), 3.0);
+  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(3.0, 1000, 700, true), 0.01);
+  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(0.5, 1000, 990, true), 0.05);
+  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(0.5, 1000, 1000, true), 0.5);  // never seen: /1
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 0.2;
+  p.score = "mean";
+  EXPECT_FALSE(p.validate().is_ok());
+  p.score = "age";
+  EXPECT_TRUE(p.validate().is_ok());
+}
+
 TEST(TieredKvCache, ScoresConserveOneUnitOfMassPerQueryToken) {
   Driver d;
   ThreadPool pool(2);
