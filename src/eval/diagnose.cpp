@@ -49,6 +49,7 @@ Expected<KvCacheParams> variant_params(const std::string& name, const DiagnoseOp
     p.window = defaults.window;
     p.route_every = defaults.route_every;
     p.q = defaults.q;
+    p.score = defaults.score;  // their own rules: --kv-score shapes R1–R4 only
     QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, KvParamsGiven{}));
   } else {
     return Status::error(
@@ -385,6 +386,7 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
     j["local"] = v.params.local;
     j["route_every"] = v.params.route_every;
     j["q"] = v.params.q;
+    j["score"] = v.params.score;
     j["per_head"] = v.per_head;
     j["bytes_held"] = v.cache->bytes_held();
     j["routing_events"] = v.cache->routing_events();

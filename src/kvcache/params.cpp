@@ -43,6 +43,8 @@ Status KvCacheParams::validate() const {
   if (value_group < 0) return Status::error("--kv-group must be >= 0");
   if (score != "sum" && score != "age")
     return Status::error(fmt::format("--kv-score must be sum or age, got '{}'", score));
+  if (score != "sum" && policy != "qevict")
+    return Status::error(fmt::format("--kv-score applies to the qevict policy, not to {}", policy));
   return Status::ok();
 }
 

@@ -249,6 +249,8 @@ TEST(TieredKvCache, AgeNormalisedRankScore) {
   EXPECT_FALSE(p.validate().is_ok());
   p.score = "age";
   EXPECT_TRUE(p.validate().is_ok());
+  p.policy = "streaming";  // ranks by recency: a score option would be silently ignored
+  EXPECT_FALSE(p.validate().is_ok());
 }
 
 TEST(TieredKvCache, ScoresConserveOneUnitOfMassPerQueryToken) {
