@@ -218,6 +218,206 @@ void window_sums(const T* row, int64_t n_pos, int sink, int omega, int64_t n_win
       (*out)[size_t(w)] += double(row[p]);
 }
 
+// Every number of one variant (and its tier map on `map_layer`) from the recorded traces.
+json variant_json(const Variant& v, const std::vector<float>& hist, const DiagnoseOptions& o,
+                  int NL, int H, int64_t n_ctx, int map_layer) {
+  json j;
+  j["policy"] = v.params.policy;
+  j["describe"] = v.cache->describe();
+  j["unit_tokens"] = v.unit;
+  j["sink"] = v.sink;
+  j["local"] = v.params.local;
+  j["route_every"] = v.params.route_every;
+  j["q"] = v.params.q;
+  j["score"] = v.params.score;
+  j["per_head"] = v.per_head;
+  j["bytes_held"] = v.cache->bytes_held();
+  j["routing_events"] = v.cache->routing_events();
+  if (v.tiered) j["budget_bytes_per_layer"] = v.tiered->budget_bytes();
+  if (v.heads) j["budget_bytes_per_layer"] = v.heads->budget_bytes();
+  j["fmm"] = v.fmm;
+  j["fmm_q_as_evicted"] = v.fmm_q;
+  double fmm_mean = 0.0, fmm_last = 0.0;
+  for (double x : v.fmm) fmm_mean += x / double(v.fmm.size());
+  const size_t q4 = v.fmm.size() - v.fmm.size() / 4;
+  for (size_t i = q4; i < v.fmm.size(); ++i) fmm_last += v.fmm[i] / double(v.fmm.size() - q4);
+  double fmmq_mean = 0.0;
+  for (double x : v.fmm_q) fmmq_mean += x / double(v.fmm_q.size());
+  j["fmm_mean"] = fmm_mean;
+  j["fmm_last_quarter_mean"] = fmm_last;
+  j["fmm_q_as_evicted_mean"] = fmmq_mean;
+  j["mass_by_tier"] = mass_json(v.mass);
+  j["history_mass_by_tier"] = history_mass_json(v.mass);
+  j["top1_agreement"] = v.compared ? double(v.top1) / double(v.compared) : 0.0;
+  j["mean_kl"] = v.compared ? v.kl_sum / double(v.compared) : 0.0;
+
+  // Churn between consecutive routing events (decode phase: the end-of-prefill snapshot
+  // is the first).
+  std::vector<double> d_kept, d_full, d_raw;
+  for (size_t k = 0; k + 1 < v.snaps.size(); ++k)
+    for (int u = 0; u < v.units; ++u) {
+      const auto& a = v.snaps[k].windows[u];
+      const auto& b = v.snaps[k + 1].windows[u];
+      d_kept.push_back(jaccard_distance(a, b, KeepSet::kFullOrQuant, true));
+      d_full.push_back(jaccard_distance(a, b, KeepSet::kFull, true));
+      d_raw.push_back(jaccard_distance(a, b, KeepSet::kFullOrQuant, false));
+    }
+  j["churn"] = {{"kept", mean_valid(d_kept)},
+                {"full", mean_valid(d_full)},
+                {"kept_incl_newly_aged", mean_valid(d_raw)},
+                {"snapshots", v.snaps.size()}};
+
+  // Global LIR of the full-precision set, per unit, summed.
+  LirCounts lir;
+  for (int u = 0; u < v.units; ++u) {
+    std::vector<std::vector<uint8_t>> in_full;
+    for (const auto& s : v.snaps) {
+      std::vector<uint8_t> row(s.windows[u].size());
+      for (size_t w = 0; w < row.size(); ++w) row[w] = s.windows[u][w] == Tier::kFull;
+      in_full.push_back(std::move(row));
+    }
+    lir += lir_counts(in_full);
+  }
+  j["lir"] = lir_json(lir);
+
+  if (v.tiered) {
+    const TierStats st = v.tiered->stats();
+    int64_t aged = 0, young = 0, quantizations = 0;
+    for (const auto& ls : st.layers) {
+      aged += ls.aged;
+      young += ls.evicted_at_first_routing;
+      quantizations += ls.quantizations;
+    }
+    j["young_window_eviction"] = {{"aged", aged},
+                                  {"evicted_at_first_routing", young},
+                                  {"share", aged ? double(young) / double(aged) : 0.0}};
+    j["capacity_full"] = st.capacity_full;
+    j["capacity_quant"] = st.capacity_quant;
+    // Ledger copies held by promoted windows, against the moves that create them.
+    double led_max = 0.0, led_mean = 0.0;
+    json per_event = json::array();
+    for (size_t k = 0; k < v.snaps.size(); ++k) {
+      const auto& s = v.snaps[k];
+      led_max = std::max(led_max, s.ledger_bytes_per_layer);
+      led_mean += s.ledger_bytes_per_layer / double(v.snaps.size());
+      const int64_t moves =
+          k ? (s.promotions - v.snaps[k - 1].promotions) + (s.demotions - v.snaps[k - 1].demotions)
+            : 0;
+      per_event.push_back({{"n_past", s.n_past},
+                           {"ledger_bytes_per_layer", s.ledger_bytes_per_layer},
+                           {"moves", moves}});
+    }
+    const int64_t promos = v.snaps.back().promotions - v.snaps.front().promotions;
+    const int64_t demos = v.snaps.back().demotions - v.snaps.front().demotions;
+    j["ledger"] = {{"max_bytes_per_layer", led_max},
+                   {"mean_bytes_per_layer", led_mean},
+                   {"max_share_of_budget", led_max / double(v.tiered->budget_bytes())},
+                   {"promotions_decode", promos},
+                   {"demotions_decode", demos},
+                   {"quantizations", quantizations},
+                   {"per_event", per_event}};
+  }
+
+  // Score agreement: on the windows a variant holds in Q during a routing interval, the
+  // score it accumulated from attention on low-bit keys vs FullKV's attention on the
+  // same windows over the same steps.
+  if (v.tiered && v.params.q > 0.0) {
+    std::vector<double> ga, gb, per;
+    std::vector<double> wm, acc;
+    for (size_t k = 0; k + 1 < v.snaps.size(); ++k) {
+      const auto& s0 = v.snaps[k];
+      const auto& s1 = v.snaps[k + 1];
+      for (int l = 0; l < NL; ++l) {
+        const auto& tiers = s0.windows[l];
+        const int64_t nw = int64_t(tiers.size());
+        acc.assign(size_t(nw), 0.0);
+        for (int64_t t = s0.n_past - o.prefill; t < s1.n_past - o.prefill; ++t) {
+          window_sums(hist.data() + (size_t(t) * NL + l) * n_ctx, n_ctx, v.sink, v.unit, nw, &wm);
+          for (int64_t w = 0; w < nw; ++w) acc[w] += wm[w];
+        }
+        std::vector<double> a, b;
+        for (int64_t w = 0; w < nw; ++w) {
+          if (tiers[w] != Tier::kQuant) continue;
+          a.push_back(s1.scores[l][w] - s0.scores[l][w]);
+          b.push_back(acc[w]);
+        }
+        ga.insert(ga.end(), a.begin(), a.end());
+        gb.insert(gb.end(), b.begin(), b.end());
+        if (a.size() >= 2) per.push_back(cosine(a, b));
+      }
+    }
+    j["score_cosine"] = {{"global", cosine(ga, gb)},
+                         {"mean_per_layer_interval", mean_valid(per)},
+                         {"pairs", ga.size()}};
+  }
+
+  // Tier map: one layer (KV head 0), windows × routing events.
+  json tm;
+  tm["layer"] = map_layer;
+  tm["unit_tokens"] = v.unit;
+  tm["sink"] = v.sink;
+  json ev = json::array();
+  const int u = v.per_head ? map_layer * H : map_layer;
+  for (const auto& s : v.snaps) {
+    // Policies that route every step (streaming, h2o) are drawn every 8 steps.
+    if ((s.n_past - o.prefill) % 8 != 0) continue;
+    std::string row;
+    for (Tier t : s.windows[u]) row += tier_char(t);
+    ev.push_back({{"n_past", s.n_past}, {"tiers", row}});
+  }
+  tm["events"] = ev;
+  j["tier_map"] = tm;
+  return j;
+}
+
+// Oracle LIR in R3's geometry and F capacity: rank windows at each R3 routing event by
+// FullKV attention — (a) received so far (the exact version of the online score, with no
+// compression feedback), (b) received from then to the end of the run (hindsight).
+json oracle_json(const Variant& r3, const Recorder& rec, const std::vector<float>& hist,
+                 const DiagnoseOptions& o, int NL, int64_t n_ctx) {
+  const int S = r3.params.sink, W = r3.params.window, L = r3.params.local;
+  const int64_t K = r3.tiered->stats().capacity_full;
+  std::vector<std::vector<double>> decode_total(size_t(NL), std::vector<double>(n_ctx, 0.0));
+  for (int64_t t = 0; t < o.gen; ++t)
+    for (int l = 0; l < NL; ++l) {
+      const float* row = hist.data() + (size_t(t) * NL + l) * n_ctx;
+      for (int64_t p = 0; p < n_ctx; ++p) decode_total[l][p] += row[p];
+    }
+  std::vector<std::vector<double>> cum(size_t(NL), std::vector<double>(n_ctx, 0.0));
+  LirCounts lir_cum, lir_fut;
+  std::vector<std::vector<std::vector<uint8_t>>> rows_cum(NL), rows_fut(NL);
+  int64_t t_done = 0;  // decode steps folded into cum
+  std::vector<double> pos_score(static_cast<size_t>(n_ctx)), wm;
+  for (const auto& s : r3.snaps) {
+    for (; t_done < s.n_past - o.prefill; ++t_done)
+      for (int l = 0; l < NL; ++l) {
+        const float* row = hist.data() + (size_t(t_done) * NL + l) * n_ctx;
+        for (int64_t p = 0; p < n_ctx; ++p) cum[l][p] += row[p];
+      }
+    const int64_t n_cand = std::max<int64_t>(0, (s.n_past - L - S) / W);
+    const bool has_future = o.gen - t_done >= r3.params.route_every;
+    for (int l = 0; l < NL; ++l) {
+      const double* pre = rec.prefill_row(l);
+      for (int64_t p = 0; p < n_ctx; ++p) pos_score[p] = pre[p] + cum[l][p];
+      window_sums(pos_score.data(), n_ctx, S, W, n_cand, &wm);
+      rows_cum[l].push_back(top_k_membership(wm, n_cand, K));
+      if (has_future) {
+        for (int64_t p = 0; p < n_ctx; ++p) pos_score[p] = decode_total[l][p] - cum[l][p];
+        window_sums(pos_score.data(), n_ctx, S, W, n_cand, &wm);
+        rows_fut[l].push_back(top_k_membership(wm, n_cand, K));
+      }
+    }
+  }
+  for (int l = 0; l < NL; ++l) {
+    lir_cum += lir_counts(rows_cum[l]);
+    lir_fut += lir_counts(rows_fut[l]);
+  }
+  return {{"geometry", "R3"},
+          {"capacity_full", K},
+          {"cumulative", lir_json(lir_cum)},
+          {"future", lir_json(lir_fut)}};
+}
+
 }  // namespace
 
 Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<int32_t>& prompt,
@@ -377,203 +577,10 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
   out["config"]["map_layer"] = map_layer;
 
   json jv = json::object();
-  for (const auto& v : vs) {
-    json j;
-    j["policy"] = v.params.policy;
-    j["describe"] = v.cache->describe();
-    j["unit_tokens"] = v.unit;
-    j["sink"] = v.sink;
-    j["local"] = v.params.local;
-    j["route_every"] = v.params.route_every;
-    j["q"] = v.params.q;
-    j["score"] = v.params.score;
-    j["per_head"] = v.per_head;
-    j["bytes_held"] = v.cache->bytes_held();
-    j["routing_events"] = v.cache->routing_events();
-    if (v.tiered) j["budget_bytes_per_layer"] = v.tiered->budget_bytes();
-    if (v.heads) j["budget_bytes_per_layer"] = v.heads->budget_bytes();
-    j["fmm"] = v.fmm;
-    j["fmm_q_as_evicted"] = v.fmm_q;
-    double fmm_mean = 0.0, fmm_last = 0.0;
-    for (double x : v.fmm) fmm_mean += x / double(v.fmm.size());
-    const size_t q4 = v.fmm.size() - v.fmm.size() / 4;
-    for (size_t i = q4; i < v.fmm.size(); ++i) fmm_last += v.fmm[i] / double(v.fmm.size() - q4);
-    double fmmq_mean = 0.0;
-    for (double x : v.fmm_q) fmmq_mean += x / double(v.fmm_q.size());
-    j["fmm_mean"] = fmm_mean;
-    j["fmm_last_quarter_mean"] = fmm_last;
-    j["fmm_q_as_evicted_mean"] = fmmq_mean;
-    j["mass_by_tier"] = mass_json(v.mass);
-    j["history_mass_by_tier"] = history_mass_json(v.mass);
-    j["top1_agreement"] = v.compared ? double(v.top1) / double(v.compared) : 0.0;
-    j["mean_kl"] = v.compared ? v.kl_sum / double(v.compared) : 0.0;
-
-    // Churn between consecutive routing events (decode phase: the end-of-prefill snapshot
-    // is the first).
-    std::vector<double> d_kept, d_full, d_raw;
-    for (size_t k = 0; k + 1 < v.snaps.size(); ++k)
-      for (int u = 0; u < v.units; ++u) {
-        const auto& a = v.snaps[k].windows[u];
-        const auto& b = v.snaps[k + 1].windows[u];
-        d_kept.push_back(jaccard_distance(a, b, KeepSet::kFullOrQuant, true));
-        d_full.push_back(jaccard_distance(a, b, KeepSet::kFull, true));
-        d_raw.push_back(jaccard_distance(a, b, KeepSet::kFullOrQuant, false));
-      }
-    j["churn"] = {{"kept", mean_valid(d_kept)},
-                  {"full", mean_valid(d_full)},
-                  {"kept_incl_newly_aged", mean_valid(d_raw)},
-                  {"snapshots", v.snaps.size()}};
-
-    // Global LIR of the full-precision set, per unit, summed.
-    LirCounts lir;
-    for (int u = 0; u < v.units; ++u) {
-      std::vector<std::vector<uint8_t>> in_full;
-      for (const auto& s : v.snaps) {
-        std::vector<uint8_t> row(s.windows[u].size());
-        for (size_t w = 0; w < row.size(); ++w) row[w] = s.windows[u][w] == Tier::kFull;
-        in_full.push_back(std::move(row));
-      }
-      lir += lir_counts(in_full);
-    }
-    j["lir"] = lir_json(lir);
-
-    if (v.tiered) {
-      const TierStats st = v.tiered->stats();
-      int64_t aged = 0, young = 0, quantizations = 0;
-      for (const auto& ls : st.layers) {
-        aged += ls.aged;
-        young += ls.evicted_at_first_routing;
-        quantizations += ls.quantizations;
-      }
-      j["young_window_eviction"] = {{"aged", aged},
-                                    {"evicted_at_first_routing", young},
-                                    {"share", aged ? double(young) / double(aged) : 0.0}};
-      j["capacity_full"] = st.capacity_full;
-      j["capacity_quant"] = st.capacity_quant;
-      // Ledger copies held by promoted windows, against the moves that create them.
-      double led_max = 0.0, led_mean = 0.0;
-      json per_event = json::array();
-      for (size_t k = 0; k < v.snaps.size(); ++k) {
-        const auto& s = v.snaps[k];
-        led_max = std::max(led_max, s.ledger_bytes_per_layer);
-        led_mean += s.ledger_bytes_per_layer / double(v.snaps.size());
-        const int64_t moves = k ? (s.promotions - v.snaps[k - 1].promotions) +
-                                      (s.demotions - v.snaps[k - 1].demotions)
-                                : 0;
-        per_event.push_back({{"n_past", s.n_past},
-                             {"ledger_bytes_per_layer", s.ledger_bytes_per_layer},
-                             {"moves", moves}});
-      }
-      const int64_t promos = v.snaps.back().promotions - v.snaps.front().promotions;
-      const int64_t demos = v.snaps.back().demotions - v.snaps.front().demotions;
-      j["ledger"] = {{"max_bytes_per_layer", led_max},
-                     {"mean_bytes_per_layer", led_mean},
-                     {"max_share_of_budget", led_max / double(v.tiered->budget_bytes())},
-                     {"promotions_decode", promos},
-                     {"demotions_decode", demos},
-                     {"quantizations", quantizations},
-                     {"per_event", per_event}};
-    }
-
-    // Score agreement: on the windows a variant holds in Q during a routing interval, the
-    // score it accumulated from attention on low-bit keys vs FullKV's attention on the
-    // same windows over the same steps.
-    if (v.tiered && v.params.q > 0.0) {
-      std::vector<double> ga, gb, per;
-      std::vector<double> wm, acc;
-      for (size_t k = 0; k + 1 < v.snaps.size(); ++k) {
-        const auto& s0 = v.snaps[k];
-        const auto& s1 = v.snaps[k + 1];
-        for (int l = 0; l < NL; ++l) {
-          const auto& tiers = s0.windows[l];
-          const int64_t nw = int64_t(tiers.size());
-          acc.assign(size_t(nw), 0.0);
-          for (int64_t t = s0.n_past - o.prefill; t < s1.n_past - o.prefill; ++t) {
-            window_sums(hist.data() + (size_t(t) * NL + l) * n_ctx, n_ctx, v.sink, v.unit, nw, &wm);
-            for (int64_t w = 0; w < nw; ++w) acc[w] += wm[w];
-          }
-          std::vector<double> a, b;
-          for (int64_t w = 0; w < nw; ++w) {
-            if (tiers[w] != Tier::kQuant) continue;
-            a.push_back(s1.scores[l][w] - s0.scores[l][w]);
-            b.push_back(acc[w]);
-          }
-          ga.insert(ga.end(), a.begin(), a.end());
-          gb.insert(gb.end(), b.begin(), b.end());
-          if (a.size() >= 2) per.push_back(cosine(a, b));
-        }
-      }
-      j["score_cosine"] = {{"global", cosine(ga, gb)},
-                           {"mean_per_layer_interval", mean_valid(per)},
-                           {"pairs", ga.size()}};
-    }
-
-    // Tier map: one layer (KV head 0), windows × routing events.
-    json tm;
-    tm["layer"] = map_layer;
-    tm["unit_tokens"] = v.unit;
-    tm["sink"] = v.sink;
-    json ev = json::array();
-    const int u = v.per_head ? map_layer * H : map_layer;
-    for (const auto& s : v.snaps) {
-      // Policies that route every step (streaming, h2o) are drawn every 8 steps.
-      if ((s.n_past - o.prefill) % 8 != 0) continue;
-      std::string row;
-      for (Tier t : s.windows[u]) row += tier_char(t);
-      ev.push_back({{"n_past", s.n_past}, {"tiers", row}});
-    }
-    tm["events"] = ev;
-    j["tier_map"] = tm;
-    jv[v.name] = j;
-  }
+  for (const auto& v : vs) jv[v.name] = variant_json(v, hist, o, NL, H, n_ctx, map_layer);
   out["variants"] = jv;
 
-  // Oracle LIR in R3's geometry and F capacity: rank windows at each R3 routing event by
-  // FullKV attention — (a) received so far (the exact version of the online score, with no
-  // compression feedback), (b) received from then to the end of the run (hindsight).
-  if (r3 && r3->tiered) {
-    const int S = r3->params.sink, W = r3->params.window, L = r3->params.local;
-    const int64_t K = r3->tiered->stats().capacity_full;
-    std::vector<std::vector<double>> decode_total(size_t(NL), std::vector<double>(n_ctx, 0.0));
-    for (int64_t t = 0; t < o.gen; ++t)
-      for (int l = 0; l < NL; ++l) {
-        const float* row = hist.data() + (size_t(t) * NL + l) * n_ctx;
-        for (int64_t p = 0; p < n_ctx; ++p) decode_total[l][p] += row[p];
-      }
-    std::vector<std::vector<double>> cum(size_t(NL), std::vector<double>(n_ctx, 0.0));
-    LirCounts lir_cum, lir_fut;
-    std::vector<std::vector<std::vector<uint8_t>>> rows_cum(NL), rows_fut(NL);
-    int64_t t_done = 0;  // decode steps folded into cum
-    std::vector<double> pos_score(static_cast<size_t>(n_ctx)), wm;
-    for (const auto& s : r3->snaps) {
-      for (; t_done < s.n_past - o.prefill; ++t_done)
-        for (int l = 0; l < NL; ++l) {
-          const float* row = hist.data() + (size_t(t_done) * NL + l) * n_ctx;
-          for (int64_t p = 0; p < n_ctx; ++p) cum[l][p] += row[p];
-        }
-      const int64_t n_cand = std::max<int64_t>(0, (s.n_past - L - S) / W);
-      const bool has_future = o.gen - t_done >= r3->params.route_every;
-      for (int l = 0; l < NL; ++l) {
-        const double* pre = rec.prefill_row(l);
-        for (int64_t p = 0; p < n_ctx; ++p) pos_score[p] = pre[p] + cum[l][p];
-        window_sums(pos_score.data(), n_ctx, S, W, n_cand, &wm);
-        rows_cum[l].push_back(top_k_membership(wm, n_cand, K));
-        if (has_future) {
-          for (int64_t p = 0; p < n_ctx; ++p) pos_score[p] = decode_total[l][p] - cum[l][p];
-          window_sums(pos_score.data(), n_ctx, S, W, n_cand, &wm);
-          rows_fut[l].push_back(top_k_membership(wm, n_cand, K));
-        }
-      }
-    }
-    for (int l = 0; l < NL; ++l) {
-      lir_cum += lir_counts(rows_cum[l]);
-      lir_fut += lir_counts(rows_fut[l]);
-    }
-    out["oracle"] = {{"geometry", "R3"},
-                     {"capacity_full", K},
-                     {"cumulative", lir_json(lir_cum)},
-                     {"future", lir_json(lir_fut)}};
-  }
+  if (r3 && r3->tiered) out["oracle"] = oracle_json(*r3, rec, hist, o, NL, n_ctx);
 
   // Ledger overhead under a workload built to oscillate (synthetic, no model).
   out["oscillation"] = {{"non_strict", oscillation_json(run_oscillation(false))},
