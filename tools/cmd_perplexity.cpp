@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "core/npy.h"
 #include "engine/perplexity.h"
+#include "engine/sampling.h"
 
 namespace qevict::cli {
 
@@ -92,22 +93,8 @@ int run_perplexity(const PerplexityArgs& a) {
           // KL(base || ours) of the softmax distributions, in double.
           const int32_t V = model.config().n_vocab;
           const float* zb = base.data.data() + pos * V;
-          double mb = zb[0], mo = z[0];
-          int32_t ab = 0, ao = 0;
-          for (int32_t i = 1; i < V; ++i) {
-            if (zb[i] > zb[ab]) ab = i;
-            if (z[i] > z[ao]) ao = i;
-          }
-          mb = zb[ab];
-          mo = z[ao];
-          double sb = 0, so = 0;
-          for (int32_t i = 0; i < V; ++i) sb += std::exp(zb[i] - mb), so += std::exp(z[i] - mo);
-          const double lb = std::log(sb), lo = std::log(so);
-          double kl = 0;
-          for (int32_t i = 0; i < V; ++i) {
-            const double pb = zb[i] - mb - lb, po_ = z[i] - mo - lo;
-            kl += std::exp(pb) * (pb - po_);
-          }
+          const double kl = kl_divergence_logits(zb, z, V);
+          const int32_t ab = argmax(zb, V), ao = argmax(z, V);
           if (pos >= a.prefill || a.prefill < 0) {  // score what routing can affect
             kl_sum += kl;
             kls.push_back(kl);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -14,6 +15,26 @@ Status PerplexityOptions::validate() const {
     return Status::error(fmt::format("context must be at least 2 tokens, got {}", n_ctx));
   if (batch <= 0) return Status::error("batch must be positive");
   return Status::ok();
+}
+
+double kl_divergence_logits(const float* zp, const float* zq, int32_t n) {
+  double mp = zp[0], mq = zq[0];
+  for (int32_t i = 1; i < n; ++i) {
+    mp = std::max(mp, double(zp[i]));
+    mq = std::max(mq, double(zq[i]));
+  }
+  double sp = 0.0, sq = 0.0;
+  for (int32_t i = 0; i < n; ++i) {
+    sp += std::exp(double(zp[i]) - mp);
+    sq += std::exp(double(zq[i]) - mq);
+  }
+  const double lp = std::log(sp), lq = std::log(sq);
+  double kl = 0.0;
+  for (int32_t i = 0; i < n; ++i) {
+    const double a = double(zp[i]) - mp - lp, b = double(zq[i]) - mq - lq;
+    kl += std::exp(a) * (a - b);
+  }
+  return std::max(kl, 0.0);
 }
 
 Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int32_t>& tokens,

@@ -34,6 +34,10 @@ struct PerplexityResult {
 // order; a non-ok Status aborts the evaluation.
 using LogitsSink = std::function<Status(int64_t pos, const float* logits)>;
 
+// KL(P || Q) in nats between the softmax distributions of two logits rows of n entries,
+// computed in double (fidelity of a compressed cache against FullKV's logits P).
+double kl_divergence_logits(const float* p_logits, const float* q_logits, int32_t n);
+
 // make_cache(n_ctx) makes (and owns) a fresh cache for each chunk; nullptr aborts.
 Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int32_t>& tokens,
                            const PerplexityOptions& opts,

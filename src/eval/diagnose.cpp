@@ -8,6 +8,8 @@
 #include <cmath>
 #include <memory>
 
+#include "engine/perplexity.h"
+#include "engine/sampling.h"
 #include "eval/metrics.h"
 #include "eval/oscillation.h"
 #include "kvcache/full_cache.h"
@@ -157,29 +159,6 @@ void snapshot(Variant& v, int n_layers, int n_kv_heads) {
   }
   v.snaps.push_back(std::move(s));
 }
-
-// KL(p || q) of two logits rows, in double.
-double kl_logits(const float* zp, const float* zq, int32_t n) {
-  double mp = zp[0], mq = zq[0];
-  for (int32_t i = 1; i < n; ++i) {
-    mp = std::max(mp, double(zp[i]));
-    mq = std::max(mq, double(zq[i]));
-  }
-  double sp = 0.0, sq = 0.0;
-  for (int32_t i = 0; i < n; ++i) {
-    sp += std::exp(double(zp[i]) - mp);
-    sq += std::exp(double(zq[i]) - mq);
-  }
-  const double lp = std::log(sp), lq = std::log(sq);
-  double kl = 0.0;
-  for (int32_t i = 0; i < n; ++i) {
-    const double a = double(zp[i]) - mp - lp, b = double(zq[i]) - mq - lq;
-    kl += std::exp(a) * (a - b);
-  }
-  return std::max(kl, 0.0);
-}
-
-int32_t argmax(const float* z, int32_t n) { return int32_t(std::max_element(z, z + n) - z); }
 
 double mean_valid(const std::vector<double>& x) {
   double s = 0.0;
@@ -479,7 +458,7 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
     snapshot(v, NL, H);
   }
   auto compare = [&](Variant& v) {
-    v.kl_sum += kl_logits(full_logits.data(), v.logits.data(), V);
+    v.kl_sum += kl_divergence_logits(full_logits.data(), v.logits.data(), V);
     v.top1 += argmax(full_logits.data(), V) == argmax(v.logits.data(), V);
     ++v.compared;
   };

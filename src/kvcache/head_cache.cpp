@@ -26,12 +26,8 @@ struct HeadBudget {
 };
 
 HeadBudget head_budget(const KvShape& shape, int64_t n_ctx, const KvCacheParams& p) {
-  // Same B_total as TieredKvCache: a fraction of the f16 cache of n_ctx tokens, or bytes.
-  const size_t token_bytes = size_t(2) * shape.n_kv_heads * shape.head_dim * sizeof(uint16_t);
   HeadBudget b;
-  b.total = p.budget_bytes > 0
-                ? size_t(p.budget_bytes)
-                : size_t(std::floor(p.budget_fraction * double(n_ctx) * double(token_bytes)));
+  b.total = p.budget_per_layer(shape, n_ctx);  // the same B_total as TieredKvCache
   b.capacity = int64_t(b.total / size_t(shape.n_kv_heads) / HeadKvCache::token_head_bytes(shape));
   b.heavy = b.capacity - p.sink - p.local;
   return b;

@@ -28,6 +28,8 @@ struct KvShape {
   RopeParams rope;  // how keys were rotated (caches that re-rotate keys need it)
 
   int group() const { return n_q_heads / n_kv_heads; }
+  // Bytes of one token's keys and values for all KV heads in a 16-bit type (f16 or bf16).
+  size_t token_bytes() const { return size_t(2) * n_kv_heads * head_dim * sizeof(uint16_t); }
   int q_width() const { return n_q_heads * head_dim; }
   int kv_width() const { return n_kv_heads * head_dim; }
   Status validate() const;

@@ -48,6 +48,12 @@ Status KvCacheParams::validate() const {
   return Status::ok();
 }
 
+size_t KvCacheParams::budget_per_layer(const KvShape& shape, int64_t n_ctx) const {
+  return budget_bytes > 0
+             ? size_t(budget_bytes)
+             : size_t(std::floor(budget_fraction * double(n_ctx) * double(shape.token_bytes())));
+}
+
 Status apply_policy_defaults(KvCacheParams* p, const KvParamsGiven& given) {
   if (p->policy == "streaming") {
     if (!given.sink) p->sink = 4;
@@ -78,12 +84,9 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
     KvCacheParams hp = p;
     if (hp.local < 0) {
       // H2O's default: the budget split equally between heavy hitters and recent tokens.
-      const size_t per_layer = hp.budget_bytes > 0
-                                   ? size_t(hp.budget_bytes)
-                                   : size_t(std::floor(hp.budget_fraction * double(n_ctx) * 2.0 *
-                                                       shape.n_kv_heads * shape.head_dim * 2.0));
       const int64_t per_head =
-          int64_t(per_layer / size_t(shape.n_kv_heads) / HeadKvCache::token_head_bytes(shape));
+          int64_t(hp.budget_per_layer(shape, n_ctx) / size_t(shape.n_kv_heads) /
+                  HeadKvCache::token_head_bytes(shape));
       hp.local = int(std::max<int64_t>(0, per_head - hp.sink) / 2);
     }
     QEVICT_RETURN_IF_ERROR(HeadKvCache::check_budget(shape, n_ctx, hp));
@@ -94,20 +97,16 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
   QEVICT_RETURN_IF_ERROR(ql.validate());
   if (shape.head_dim > 1024)
     return Status::error("head_dim above 1024 is not supported by the low-bit tier");
-  const size_t token_bytes = size_t(2) * shape.n_kv_heads * shape.head_dim * 2;
-  const size_t m_f = size_t(p.window) * token_bytes;
-  const size_t budget =
-      p.budget_bytes > 0
-          ? size_t(p.budget_bytes)
-          : size_t(std::floor(p.budget_fraction * double(n_ctx) * double(token_bytes)));
+  const size_t token_bytes = shape.token_bytes();
+  const size_t budget = p.budget_per_layer(shape, n_ctx);
   const size_t fixed =
-      size_t(p.sink) * token_bytes + size_t((p.local + p.window - 1) / p.window + 1) * m_f;
+      size_t(p.sink) * token_bytes + size_t(p.local_windows()) * size_t(p.window) * token_bytes;
   if (budget <= fixed)
     return Status::error(fmt::format(
         "KV budget of {} bytes per layer does not cover the sink ({} tokens) and local region ({} "
         "tokens, {} "
         "windows of {}): they need {} bytes; raise --kv-budget or lower --kv-sink/--kv-local",
-        budget, p.sink, p.local, (p.local + p.window - 1) / p.window + 1, p.window, fixed));
+        budget, p.sink, p.local, p.local_windows(), p.window, fixed));
   std::unique_ptr<RoutingPolicy> policy;
   if (p.policy == "streaming")
     policy = std::make_unique<StreamingPolicy>();

@@ -33,6 +33,13 @@ struct KvCacheParams {
   std::string trace_path;  // --kv-trace: JSONL record per routing event
 
   Status validate() const;
+
+  // B_total per layer (SPEC §3): budget_bytes, or budget_fraction of the 16-bit cache of
+  // n_ctx tokens.
+  size_t budget_per_layer(const KvShape& shape, int64_t n_ctx) const;
+  // Windows reserved for the local region: ceil(L/ω) + 1 (the newest L tokens can straddle
+  // one more window than L/ω).
+  int64_t local_windows() const { return (int64_t(local) + window - 1) / window + 1; }
 };
 
 // Which KvCacheParams fields the user set explicitly (the CLI marks them).

@@ -26,13 +26,9 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
   qlayout_ = QuantLayout{p_.bits, H, d, W, p_.value_group};
   m_f_ = size_t(2) * H * W * d * sizeof(uint16_t);
   m_q_ = qlayout_.window_bytes();
-  const size_t token_bytes = size_t(2) * H * d * sizeof(uint16_t);
-  budget_total_ =
-      p_.budget_bytes > 0
-          ? size_t(p_.budget_bytes)
-          : size_t(std::floor(p_.budget_fraction * double(n_ctx) * double(token_bytes)));
-  const size_t b_sink = size_t(p_.sink) * token_bytes;
-  const size_t b_local = size_t((p_.local + W - 1) / W + 1) * m_f_;
+  budget_total_ = p_.budget_per_layer(shape_, n_ctx);
+  const size_t b_sink = size_t(p_.sink) * shape_.token_bytes();
+  const size_t b_local = size_t(p_.local_windows()) * m_f_;
   const size_t b_hist = budget_total_ > b_sink + b_local ? budget_total_ - b_sink - b_local : 0;
   // Eq. 3: K_f = floor((1-q) B_hist / M_f), K_q = floor(q B_hist / M_q).
   const size_t k_f = size_t(std::floor((1.0 - p_.q) * double(b_hist) / double(m_f_)));

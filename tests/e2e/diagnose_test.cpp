@@ -11,31 +11,20 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "e2e/real_model_fixture.h"
 #include "kvcache/full_cache.h"
 #include "model/model.h"
 
 namespace qevict {
 namespace {
 
-class Diagnose : public ::testing::Test {
+class Diagnose : public RealModelTest {
  protected:
-  void SetUp() override {
-    const char* p = std::getenv("QEVICT_TEST_MODEL");
-    if (!p || !*p) GTEST_SKIP() << "QEVICT_TEST_MODEL is not set";
-    auto m = Model::load(p);
-    ASSERT_TRUE(m.has_value()) << m.error();
-    model_ = std::move(*m);
-    std::ifstream in(QEVICT_TEST_DATA_DIR "/golden/model_golden.json");
-    tokens_ = nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
-  }
   nlohmann::json run(const eval::DiagnoseOptions& o) {
     auto r = eval::run_diagnose(*model_, pool_, tokens_, o, nullptr);
     EXPECT_TRUE(r.has_value()) << r.error();
     return r.has_value() ? *r : nlohmann::json();
   }
-  std::unique_ptr<Model> model_;
-  std::vector<int32_t> tokens_;
-  ThreadPool pool_{2};
 };
 
 TEST_F(Diagnose, GeneratedTokensAreFullKvGreedy) {

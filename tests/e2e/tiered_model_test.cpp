@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "e2e/real_model_fixture.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/tiered_cache.h"
@@ -16,17 +17,8 @@
 namespace qevict {
 namespace {
 
-class TieredModel : public ::testing::Test {
+class TieredModel : public RealModelTest {
  protected:
-  void SetUp() override {
-    const char* p = std::getenv("QEVICT_TEST_MODEL");
-    if (!p || !*p) GTEST_SKIP() << "QEVICT_TEST_MODEL is not set";
-    auto m = Model::load(p);
-    ASSERT_TRUE(m.has_value()) << m.error();
-    model_ = std::move(*m);
-    std::ifstream in(QEVICT_TEST_DATA_DIR "/golden/model_golden.json");
-    tokens_ = nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
-  }
   // Prefill `prefill` tokens in chunks of 128, then one token per call; all logits.
   std::vector<float> run(SequenceKvCache& c, int64_t n, int64_t prefill) {
     const int32_t V = model_->config().n_vocab;
@@ -39,9 +31,6 @@ class TieredModel : public ::testing::Test {
     }
     return logits;
   }
-  std::unique_ptr<Model> model_;
-  std::vector<int32_t> tokens_;
-  ThreadPool pool_{2};
 };
 
 TEST_F(TieredModel, FullBudgetGivesFullKvLogits) {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/f16.h"
 #include "hwy/contrib/math/math-inl.h"
@@ -95,6 +96,39 @@ inline void HalfToF32Impl(bool is_f16, const uint16_t* src, float* dst, int64_t 
 
 constexpr int kMaxGroup = 8;
 
+// Calls f(std::integral_constant<int, G>{}) with G = gg (1..kMaxGroup): the group size as a
+// compile-time constant, so the per-head accumulators of a block stay in registers.
+template <class F>
+HWY_INLINE void WithGroupSize(int gg, const F& f) {
+  static_assert(kMaxGroup == 8, "extend the switch below");
+  switch (gg) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      f(std::integral_constant<int, 5>{});
+      break;
+    case 6:
+      f(std::integral_constant<int, 6>{});
+      break;
+    case 7:
+      f(std::integral_constant<int, 7>{});
+      break;
+    default:
+      f(std::integral_constant<int, 8>{});
+      break;
+  }
+}
+
 // One key row against up to kMaxGroup query heads: each key chunk is converted once.
 template <int G, typename KT>
 HWY_INLINE void QkRow(bool is_f16, const float* q, int64_t ldq, const KT* krow, int d, float scale,
@@ -130,32 +164,9 @@ inline void QkScoresImpl(bool is_f16, const float* q, int64_t ldq, int g, const 
     const int gg = g - h0 < kMaxGroup ? g - h0 : kMaxGroup;
     const float* qh = q + h0 * ldq;
     float* sh = scores + h0 * lds;
-    switch (gg) {
-      case 1:
-        QkBlock<1, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-      case 2:
-        QkBlock<2, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-      case 3:
-        QkBlock<3, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-      case 4:
-        QkBlock<4, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-      case 5:
-        QkBlock<5, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-      case 6:
-        QkBlock<6, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-      case 7:
-        QkBlock<7, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-      default:
-        QkBlock<8, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
-        break;
-    }
+    WithGroupSize(gg, [&](auto G) {
+      QkBlock<decltype(G)::value, KT>(is_f16, qh, ldq, k, ldk, n, d, scale, sh, lds);
+    });
   }
 }
 
@@ -190,32 +201,9 @@ inline void PvAccumulateImpl(bool is_f16, const float* p, int64_t ldp, int g, co
     const int gg = g - h0 < kMaxGroup ? g - h0 : kMaxGroup;
     const float* ph = p + h0 * ldp;
     float* oh = out + h0 * ldo;
-    switch (gg) {
-      case 1:
-        PvBlock<1, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-      case 2:
-        PvBlock<2, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-      case 3:
-        PvBlock<3, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-      case 4:
-        PvBlock<4, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-      case 5:
-        PvBlock<5, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-      case 6:
-        PvBlock<6, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-      case 7:
-        PvBlock<7, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-      default:
-        PvBlock<8, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
-        break;
-    }
+    WithGroupSize(gg, [&](auto G) {
+      PvBlock<decltype(G)::value, VT>(is_f16, ph, ldp, v, ldv, n, d, oh, ldo);
+    });
   }
 }
 
