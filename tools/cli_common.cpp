@@ -11,8 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "kvcache/head_cache.h"
-#include "kvcache/tiered_cache.h"
+#include "kvcache/registry.h"
 
 namespace qevict::cli {
 
@@ -76,24 +75,36 @@ Expected<std::string> read_prompt(const std::string& text, const std::string& fi
   return text;
 }
 
-void add_kv_options(CLI::App& app, KvOptions& o) {
+void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
   KvCacheParams& p = o.params;
-  app.add_option("--kv-policy", p.policy,
-                 "KV cache: full, qevict (tiered F/Q/E), streaming (StreamingLLM: sink + recent) "
-                 "or h2o (heavy hitters + recent, per head)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"full", "qevict", "streaming", "h2o"}));
-  app.add_option("--kv-budget", p.budget_fraction,
-                 "KV budget per layer as a fraction of the full cache for -c tokens")
-      ->check(CLI::Range(0.0, 1e6));
+  const bool cache = scope == KvFlagScope::kCache;
+  if (cache) {
+    std::string help = "KV cache policy:";
+    std::vector<std::string> names;
+    for (const auto& r : policy_registry()) {
+      help += "\n  " + r.name + ": " + r.summary;
+      names.push_back(r.name);
+    }
+    app.add_option("--kv-policy", p.policy, help)
+        ->capture_default_str()
+        ->check(CLI::IsMember(names));
+  }
+  auto* budget = app.add_option("--kv-budget", p.budget_fraction,
+                                cache ? "KV budget per layer as a fraction of the full cache for "
+                                        "-c tokens"
+                                      : "budget per layer, a fraction of the full cache for "
+                                        "prefill + gen tokens (every variant)")
+                     ->check(CLI::Range(0.0, 1e6));
+  if (!cache) budget->capture_default_str();
   app.add_option("--kv-budget-bytes", p.budget_bytes, "KV budget per layer in bytes")
       ->check(CLI::NonNegativeNumber);
   o.q = app.add_option("--kv-q", p.q,
                        "share of the history budget for the low-bit tier (0: two tiers F+E; "
                        "streaming default 0)")
             ->capture_default_str();
-  o.window = app.add_option("--kv-window", p.window, "tokens per window (ω; streaming default 1)")
-                 ->capture_default_str();
+  if (cache)
+    o.window = app.add_option("--kv-window", p.window, "tokens per window (ω; streaming default 1)")
+                   ->capture_default_str();
   o.route_every = app.add_option("--kv-route-every", p.route_every,
                                  "decode steps between routing events (Ω; streaming/h2o default 1)")
                       ->capture_default_str();
@@ -116,6 +127,7 @@ void add_kv_options(CLI::App& app, KvOptions& o) {
       ->check(CLI::IsMember({"sum", "age"}));
   app.add_flag("--kv-strict-ledger", p.strict_ledger,
                "charge ledger copies held by promoted windows to the budget");
+  if (!cache) return;
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");
   app.add_option("--kv-trace", p.trace_path,
                  "write one JSON line per routing event and layer to this file");
@@ -138,76 +150,54 @@ Expected<KvCacheParams> kv_params(const KvOptions& o) {
 }
 
 void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
-  const auto* t = dynamic_cast<const TieredKvCache*>(&cache);
-  std::fprintf(stderr, "kv-stats: %s\n", cache.describe().c_str());
-  std::fprintf(stderr, "kv-stats: bytes held by the cache: %.2f MiB\n",
-               cache.bytes_held() / 1048576.0);
-  if (const auto* h = dynamic_cast<const HeadKvCache*>(&cache)) {
-    size_t worst = 0;
-    for (int l = 0; l < h->n_layers(); ++l) worst = std::max(worst, h->bytes_in_use(l));
+  KvReport r;
+  cache.report(&r);
+  std::fprintf(stderr, "kv-stats: %s\n", r.describe.c_str());
+  const KvLayerReport tot = r.total();
+  std::fprintf(stderr, "kv-stats: bytes held by the cache: %.2f MiB", r.bytes_held / 1048576.0);
+  if (r.budget.budgeted())
+    std::fprintf(stderr, " | budgeted bytes in use %zu of a budget of %zu B/layer (worst layer)",
+                 tot.bytes_budgeted, r.budget.total);
+  std::fprintf(stderr, "\n");
+  if (r.budget.kind == CacheKind::kPerHead) {
     std::fprintf(stderr,
                  "kv-stats: per-head tokens: capacity %lld (heavy %lld) | routing events %lld | "
-                 "tokens evicted %lld (all layers and heads) | bytes in use %zu of a budget of "
-                 "%zu B/layer (worst layer)\n",
-                 (long long)h->head_capacity(), (long long)h->heavy_capacity(),
-                 (long long)h->routing_events(), (long long)h->evictions(), worst,
-                 h->budget_bytes());
+                 "tokens evicted %lld (all layers and heads)\n",
+                 (long long)r.budget.head_capacity, (long long)r.budget.head_heavy,
+                 (long long)r.routing_events, (long long)tot.evictions);
   }
-  if (!t) return;
-  const TierStats s = t->stats();
+  if (r.budget.kind != CacheKind::kWindowed) return;
   std::fprintf(stderr,
                "kv-stats: %-5s %6s %6s %6s %6s | %6s %6s %6s %6s | %10s %10s %10s %10s %10s\n",
                "layer", "F", "Q", "E", "local", "promo", "demo", "evict", "quant", "sink B", "F B",
                "Q B", "ledger@F B", "alloc B");
-  TierLayerStats tot;
-  for (size_t l = 0; l < s.layers.size(); ++l) {
-    const auto& x = s.layers[l];
+  auto row = [](const char* name, const KvLayerReport& x) {
     std::fprintf(stderr,
-                 "kv-stats: %5zu %6lld %6lld %6lld %6lld | %6lld %6lld %6lld %6lld | %10zu %10zu "
+                 "kv-stats: %5s %6lld %6lld %6lld %6lld | %6lld %6lld %6lld %6lld | %10zu %10zu "
                  "%10zu %10zu %10zu\n",
-                 l, (long long)x.windows_full, (long long)x.windows_quant,
+                 name, (long long)x.windows_full, (long long)x.windows_quant,
                  (long long)x.windows_evicted, (long long)x.windows_local, (long long)x.promotions,
                  (long long)x.demotions, (long long)x.evictions, (long long)x.quantizations,
                  x.bytes_sink, x.bytes_full, x.bytes_quant, x.bytes_ledger_of_full,
                  x.bytes_allocated);
-    tot.windows_full += x.windows_full;
-    tot.windows_quant += x.windows_quant;
-    tot.windows_evicted += x.windows_evicted;
-    tot.windows_local += x.windows_local;
-    tot.promotions += x.promotions;
-    tot.demotions += x.demotions;
-    tot.evictions += x.evictions;
-    tot.quantizations += x.quantizations;
-    tot.bytes_sink += x.bytes_sink;
-    tot.bytes_full += x.bytes_full;
-    tot.bytes_quant += x.bytes_quant;
-    tot.bytes_ledger_of_full += x.bytes_ledger_of_full;
-    tot.bytes_allocated += x.bytes_allocated;
-    tot.aged += x.aged;
-    tot.evicted_at_first_routing += x.evicted_at_first_routing;
-  }
-  std::fprintf(stderr,
-               "kv-stats: %5s %6lld %6lld %6lld %6lld | %6lld %6lld %6lld %6lld | %10zu %10zu "
-               "%10zu %10zu %10zu\n",
-               "total", (long long)tot.windows_full, (long long)tot.windows_quant,
-               (long long)tot.windows_evicted, (long long)tot.windows_local,
-               (long long)tot.promotions, (long long)tot.demotions, (long long)tot.evictions,
-               (long long)tot.quantizations, tot.bytes_sink, tot.bytes_full, tot.bytes_quant,
-               tot.bytes_ledger_of_full, tot.bytes_allocated);
+  };
+  for (size_t l = 0; l < r.layers.size(); ++l) row(std::to_string(l).c_str(), r.layers[l]);
+  row("total", tot);
   std::fprintf(stderr,
                "kv-stats: budget %zu B/layer (K_f %lld x M_f %zu B, K_q %lld x M_q %zu B) | "
                "routing events %lld | "
                "young windows evicted at first routing: %lld of %lld (%.1f%%)\n",
-               s.budget_bytes_per_layer, (long long)s.capacity_full, s.window_full_bytes,
-               (long long)s.capacity_quant, s.window_quant_bytes, (long long)s.routing_events,
-               (long long)tot.evicted_at_first_routing, (long long)tot.aged,
+               r.budget.total, (long long)r.budget.capacity_full, r.budget.window_full,
+               (long long)r.budget.capacity_quant, r.budget.window_quant,
+               (long long)r.routing_events, (long long)tot.evicted_at_first_routing,
+               (long long)tot.aged,
                tot.aged ? 100.0 * tot.evicted_at_first_routing / tot.aged : 0.0);
   std::fprintf(stderr,
                "kv-stats: time routing %.3f s in all (quantizing %.3f s, promoting %.3f s); during "
                "decode %.3f s%s\n",
-               s.route_seconds, s.quantize_seconds, s.promote_seconds, s.route_seconds_decode,
+               r.route_seconds, r.quantize_seconds, r.promote_seconds, r.route_seconds_decode,
                decode_seconds > 0 ? fmt::format(" = {:.2f}% of decode time",
-                                                100.0 * s.route_seconds_decode / decode_seconds)
+                                                100.0 * r.route_seconds_decode / decode_seconds)
                                         .c_str()
                                   : "");
 }

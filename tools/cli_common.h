@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "kvcache/factory.h"
 #include "kvcache/params.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -42,7 +43,11 @@ struct KvOptions {
   CLI::Option *window = nullptr, *route_every = nullptr, *sink = nullptr, *local = nullptr,
               *q = nullptr, *bits = nullptr;
 };
-void add_kv_options(CLI::App& app, KvOptions& o);
+// Which flags: kCache every --kv-* flag (generate, perplexity, bench); kDiagnose those that
+// shape diagnose's R1–R4 variants (no --kv-policy, --kv-window, --kv-stats, --kv-trace:
+// the variants fix them).
+enum class KvFlagScope { kCache, kDiagnose };
+void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope = KvFlagScope::kCache);
 // Finishes the params (dtype string, the policy's defaults for options not given) and
 // validates them.
 Expected<KvCacheParams> kv_params(const KvOptions& o);

@@ -11,7 +11,6 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/sampling.h"
-#include "kvcache/tiered_cache.h"
 
 namespace qevict::cli {
 
@@ -89,7 +88,9 @@ int run_bench(const BenchArgs& a) {
         if (!s) return fail(s.message());
       }
       auto t1 = std::chrono::steady_clock::now();
-      if (auto* t = dynamic_cast<TieredKvCache*>(&cache)) route_before = t->stats().route_seconds;
+      KvReport rep;
+      cache.report(&rep);
+      route_before = rep.route_seconds;
       for (int j = 0; j < a.n_decode; ++j) {
         int32_t tok = argmax(logits.data(), V);
         std::vector<BatchSegment> segs{{&cache, &tok, 1, false, logits.data()}};
@@ -101,8 +102,8 @@ int run_bench(const BenchArgs& a) {
       tg.push_back(double(a.n_decode) / std::chrono::duration<double>(t2 - t1).count());
       kv_bytes = cache.bytes_held();
       last_decode_s = std::chrono::duration<double>(t2 - t1).count();
-      if (auto* t = dynamic_cast<TieredKvCache*>(&cache))
-        route_share = (t->stats().route_seconds - route_before) / last_decode_s;
+      cache.report(&rep);
+      route_share = (rep.route_seconds - route_before) / last_decode_s;
     }
     const double mpp = median(pp), mtg = median(tg);
     results.push_back({{"engine", "qevict"},

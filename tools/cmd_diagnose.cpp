@@ -24,7 +24,7 @@ struct DiagnoseArgs {
   std::string file;
   std::string out_dir = "results/diagnostics";
   std::string variants = "R1,R2,R3,R4,streaming,h2o";
-  std::string dtype = "f16";
+  KvOptions kv;  // the shared --kv-* flags that shape R1–R4 (KvFlagScope::kDiagnose)
   eval::DiagnoseOptions opts;
 };
 
@@ -37,8 +37,11 @@ int run_diagnose_cmd(DiagnoseArgs a) {
       if (!n.empty()) names.push_back(n);
   }
   a.opts.variants = names;
-  a.opts.base.dtype = a.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
-  if (a.opts.budget_bytes > 0) a.opts.budget = 0.0;
+  a.opts.base = a.kv.params;
+  a.opts.base.policy = "qevict";  // R1–R4; variant_params sets every variant's own
+  a.opts.base.dtype = a.kv.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
+  a.opts.budget_bytes = a.kv.params.budget_bytes;
+  a.opts.budget = a.opts.budget_bytes > 0 ? 0.0 : a.kv.params.budget_fraction;
   Status v = a.opts.validate();
   if (!v) return fail(v.message());
   for (const auto& n : names) {
@@ -117,33 +120,16 @@ Runner add_diagnose(CLI::App& app) {
       ->capture_default_str();
   app.add_option("-b,--prefill-chunk", a->opts.chunk, "prompt tokens per forward call")
       ->capture_default_str();
-  app.add_option("--kv-budget", a->opts.budget,
-                 "budget per layer, a fraction of the full cache for prefill + gen tokens")
-      ->capture_default_str();
-  app.add_option("--kv-budget-bytes", a->opts.budget_bytes,
-                 "budget per layer in bytes (instead of --kv-budget)");
   app.add_option("--variants", a->variants,
                  "comma-separated: R1 (ω=1, F+E), R2 (ω=8, F+E), R3 (QEvict, ω=8), R4 (ω=32), "
-                 "streaming, h2o")
+                 "or any --kv-policy name (its authors' defaults)")
       ->capture_default_str();
   app.add_option("--out-dir", a->out_dir, "where diagnostics.json and diagnostics.md go")
       ->capture_default_str();
   app.add_option("--map-layer", a->opts.map_layer,
                  "layer drawn in the tier map (default: R3's layer with the most tier moves)");
-  KvCacheParams& p = a->opts.base;
-  app.add_option("--kv-q", p.q, "low-bit share of the history budget for R3/R4")
-      ->capture_default_str();
-  app.add_option("--kv-route-every", p.route_every, "decode steps between routing events (R1–R4)")
-      ->capture_default_str();
-  app.add_option("--kv-sink", p.sink, "sink tokens (R1–R4)")->capture_default_str();
-  app.add_option("--kv-local", p.local, "local tokens (R1–R4)")->capture_default_str();
-  app.add_option("--kv-bits", p.bits, "low-bit tier: 2 or 4 bits")->capture_default_str();
-  app.add_option("--kv-score", p.score, "window ranking of R1–R4: sum (the paper's) or age")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sum", "age"}));
-  app.add_option("--kv-dtype", a->dtype, "full-precision KV type")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f16", "bf16"}));
+  a->kv.params.budget_fraction = a->opts.budget;  // diagnose's default: 20 %
+  add_kv_options(app, a->kv, KvFlagScope::kDiagnose);
   return [a] { return run_diagnose_cmd(*a); };
 }
 

@@ -29,7 +29,8 @@ struct DiagnoseOptions {
   double budget = 0.2;
   int64_t budget_bytes = 0;
   // R1 token level (ω = 1, F+E), R2 two tiers (ω = 8, F+E), R3 QEvict (ω = 8, F+Q+E),
-  // R4 (ω = 32, F+Q+E), streaming (StreamingLLM), h2o (H2O).
+  // R4 (ω = 32, F+Q+E), or any registered policy (kvcache/registry.h) with its authors'
+  // defaults, e.g. streaming (StreamingLLM), h2o (H2O).
   std::vector<std::string> variants = {"R1", "R2", "R3", "R4", "streaming", "h2o"};
   int map_layer = -1;  // layer of the tier map (-1: the R3 layer with the most tier moves)
   // Shared cache options (dtype, S, L, Ω, q, bits) for R1–R4; the baselines take their

@@ -5,8 +5,7 @@
 #include <random>
 
 #include "eval/metrics.h"
-#include "kvcache/policies/qevict_policy.h"
-#include "kvcache/tiered_cache.h"
+#include "kvcache/factory.h"
 
 namespace qevict::eval {
 
@@ -31,8 +30,15 @@ OscillationResult run_oscillation(bool strict, int decode_steps) {
   const size_t b_hist = size_t(std::ceil(4.5 * double(m_f) / (1.0 - p.q)));
   p.budget_bytes = int64_t(S * token_bytes + 2 * m_f + b_hist);
   const int64_t n_ctx = S + int64_t(n_prompt_windows) * W + decode_steps;
-  TieredKvCache cache(shape, n_ctx, p, std::make_unique<QEvictPolicy>());
+  auto made = make_kv_cache(shape, n_ctx, p);
+  if (!made) return OscillationResult();  // cannot happen: the parameters above are valid
+  SequenceKvCache& cache = **made;
   ThreadPool pool(1);
+  KvReport rep;
+  auto tiers_now = [&](std::vector<Tier>* pos) {
+    cache.report(&rep, ReportDetail::kTiers);
+    *pos = rep.position_tiers[0];
+  };
 
   // Keys: the sink points along e_31; window w along e_w (constant within the window, so the
   // INT2 copy reconstructs it exactly and Q windows attend as strongly as F ones).
@@ -45,7 +51,7 @@ OscillationResult run_oscillation(bool strict, int decode_steps) {
     for (auto& x : v) x = nd(rng);
     (void)cache.begin(1);
     cache.attend(0, query.data(), key.data(), v.data(), out.data(), pool);
-    cache.commit();
+    (void)cache.commit();  // QEvictPolicy's plans always fit
   };
   // The prompt, as one prefill chunk (routes at commit): its queries look at the sink.
   const int n_prompt = S + n_prompt_windows * W;
@@ -58,35 +64,35 @@ OscillationResult run_oscillation(bool strict, int decode_steps) {
   for (auto& x : pv) x = nd(rng);
   (void)cache.begin(n_prompt);
   cache.attend(0, pq.data(), pk.data(), pv.data(), pout.data(), pool);
-  cache.commit();
+  (void)cache.commit();
 
   OscillationResult r;
   r.strict = strict;
-  r.budget_bytes = cache.budget_bytes();
-  r.window_full = cache.window_full_bytes();
-  r.window_quant = cache.window_quant_bytes();
-  const TierStats st0 = cache.stats();
-  r.capacity_full = st0.capacity_full;
-  r.capacity_quant = st0.capacity_quant;
+  cache.report(&rep);
+  r.budget_bytes = rep.budget.total;
+  r.window_full = rep.budget.window_full;
+  r.window_quant = rep.budget.window_quant;
+  r.capacity_full = rep.budget.capacity_full;
+  r.capacity_quant = rep.budget.capacity_quant;
   std::vector<Tier> pos, prev_w;
   std::vector<double> churn;
-  int64_t promos = st0.layers[0].promotions, demos = st0.layers[0].demotions;
-  int64_t events = cache.routing_events();
-  cache.position_tiers(0, 0, &pos);
+  int64_t promos = rep.layers[0].promotions, demos = rep.layers[0].demotions;
+  int64_t events = rep.routing_events;
+  tiers_now(&pos);
   prev_w = window_tiers(pos, S, W);
   std::fill(k.begin(), k.end(), 0.0f);
   for (int t = 0; t < decode_steps; ++t) {
     // Query: every window now in Q, equally.
-    cache.position_tiers(0, 0, &pos);
+    tiers_now(&pos);
     const auto wt = window_tiers(pos, S, W);
     std::fill(q.begin(), q.end(), 0.0f);
     for (size_t w = 0; w < wt.size(); ++w)
       if (wt[w] == Tier::kQuant) q[w % size_t(d - 1)] = 20.0f;
     step(k, q);
-    if (cache.routing_events() == events) continue;
-    events = cache.routing_events();
-    const TierStats st = cache.stats();
-    const auto& ls = st.layers[0];
+    cache.report(&rep, ReportDetail::kTiers);
+    if (rep.routing_events == events) continue;
+    events = rep.routing_events;
+    const KvLayerReport& ls = rep.layers[0];
     OscillationEvent e;
     e.n_past = cache.n_past();
     e.promotions = ls.promotions - promos;
@@ -94,7 +100,7 @@ OscillationResult run_oscillation(bool strict, int decode_steps) {
     promos = ls.promotions;
     demos = ls.demotions;
     e.ledger_bytes_of_full = ls.bytes_ledger_of_full;
-    e.budgeted_bytes = cache.budgeted_bytes_in_use(0);
+    e.budgeted_bytes = ls.bytes_budgeted;
     e.allocated_bytes = ls.bytes_allocated;
     r.events.push_back(e);
     r.promotions += e.promotions;
@@ -102,14 +108,13 @@ OscillationResult run_oscillation(bool strict, int decode_steps) {
     r.max_ledger_bytes_of_full = std::max(r.max_ledger_bytes_of_full, e.ledger_bytes_of_full);
     r.max_budgeted_bytes = std::max(r.max_budgeted_bytes, e.budgeted_bytes);
     r.max_allocated_bytes = std::max(r.max_allocated_bytes, e.allocated_bytes);
-    cache.position_tiers(0, 0, &pos);
-    const auto now_w = window_tiers(pos, S, W);
+    const auto now_w = window_tiers(rep.position_tiers[0], S, W);
     const double dj = jaccard_distance(prev_w, now_w, KeepSet::kFull, true);
     if (dj >= 0.0) churn.push_back(dj);
     prev_w = now_w;
   }
-  const TierStats st = cache.stats();
-  r.quantizations = st.layers[0].quantizations;
+  cache.report(&rep);
+  r.quantizations = rep.layers[0].quantizations;
   double s = 0.0;
   for (double x : churn) s += x;
   r.churn_full = churn.empty() ? 0.0 : s / double(churn.size());

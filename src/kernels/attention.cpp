@@ -2,7 +2,9 @@
 // the Highway kernels of ops.h; this file only walks blocks and keeps softmax bookkeeping.
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -14,134 +16,6 @@ void attn_state_init(float* state, int group, int head_dim) {
     state[h * st] = -std::numeric_limits<float>::infinity();
     state[h * st + 1] = 0.0f;
     for (int c = 0; c < head_dim; ++c) state[h * st + 2 + c] = 0.0f;
-  }
-}
-
-namespace {
-
-// Blocks are processed in runs of up to kRunTokens tokens: scores of a run live in one
-// buffer, so the softmax bookkeeping (max, exp, rescaling of the running state) is done
-// once per run with full vectors instead of once per 8-token window.
-constexpr int kRunTokens = 256;
-constexpr float kMasked = -1e30f;  // score of a masked token: exp() underflows to exactly 0
-
-}  // namespace
-
-void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t ldq, int nq,
-                             int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
-                             float* block_ml, int64_t ml_stride) {
-  const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
-  thread_local std::vector<float> scores, kbuf, vbuf;
-  thread_local std::vector<int> off;
-  thread_local std::vector<const float*> kq, vq;  // decoded rows of low-bit blocks in the run
-  if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
-  for (int b0 = 0; b0 < n_blocks;) {
-    // Form a run [b0, b1).
-    int b1 = b0, run = 0;
-    off.clear();
-    while (b1 < n_blocks && (b1 == b0 || run + blocks[b1].n <= kRunTokens)) {
-      off.push_back(run);
-      run += blocks[b1].n;
-      ++b1;
-    }
-    if (scores.size() < size_t(g) * run) scores.resize(size_t(g) * run);
-    const int R = run;
-    // Decode the run's low-bit windows once for all queries: keys (pre-RoPE) rotated to
-    // their positions, values as they are.
-    if (kbuf.size() < size_t(R) * d) kbuf.resize(size_t(R) * d), vbuf.resize(size_t(R) * d);
-    kq.assign(size_t(b1 - b0), nullptr);
-    vq.assign(size_t(b1 - b0), nullptr);
-    for (int b = b0; b < b1; ++b) {
-      const KvBlockRef& blk = blocks[b];
-      if (blk.k) continue;
-      const int n_max =
-          static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos0 + nq - blk.pos0, 0)));
-      if (n_max <= 0) continue;
-      float* kb = kbuf.data() + size_t(off[b - b0]) * d;
-      float* vb = vbuf.data() + size_t(off[b - b0]) * d;
-      dequantize_window_head(*p.qlayout, blk.qwin, p.kv_head, n_max, kb, vb);
-      for (int t = 0; t < n_max; ++t)
-        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t),
-                   kb + size_t(t) * d, 1, d, d);
-      kq[b - b0] = kb;
-      vq[b - b0] = vb;
-    }
-    for (int i = 0; i < nq; ++i) {
-      const float* qi = q + i * ldq;
-      float* si = state + size_t(i) * g * st;
-      float* ml_i = block_ml + i * ml_stride;
-      const int64_t qpos = qpos0 + i;
-      int used = 0;  // scores[0, used) are filled (masked tokens hold kMasked)
-      bool any = false;
-      for (int b = b0; b < b1; ++b) {
-        const KvBlockRef& blk = blocks[b];
-        const int o = off[b - b0];
-        const int n =
-            static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
-        if (n > 0) {
-          any = true;
-          if (blk.k)
-            qk_scores(p.dtype, qi, d, g, blk.k, blk.ld, n, d, p.scale, scores.data() + o, R);
-          else
-            qk_scores_f32(qi, d, g, kq[b - b0], d, n, d, p.scale, scores.data() + o, R);
-        }
-        for (int h = 0; h < g; ++h)
-          for (int j = n; j < blk.n; ++j) scores[size_t(h) * R + o + j] = kMasked;
-        used = o + blk.n;
-      }
-      if (!any) {
-        for (int b = b0; b < b1; ++b)
-          for (int h = 0; h < g; ++h) {
-            float* ml = ml_i + (size_t(b) * g + h) * 2;
-            ml[0] = -std::numeric_limits<float>::infinity();
-            ml[1] = 0.0f;
-          }
-        continue;
-      }
-      for (int h = 0; h < g; ++h) {
-        float* sh = scores.data() + size_t(h) * R;
-        float* s = si + h * st;
-        const float m = max_of(sh, used);
-        const float l = exp_sub_sum(sh, used, m);  // sh[j] = exp(s_j - m); masked → 0
-        for (int b = b0; b < b1; ++b) {
-          const KvBlockRef& blk = blocks[b];
-          const int o = off[b - b0];
-          const int n =
-              static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
-          float* ml = ml_i + (size_t(b) * g + h) * 2;
-          if (n <= 0) {
-            ml[0] = -std::numeric_limits<float>::infinity();
-            ml[1] = 0.0f;
-            continue;
-          }
-          float lb = 0.0f;
-          for (int j = 0; j < n; ++j) lb += sh[o + j];
-          ml[0] = m;  // every block of the run shares the run's max
-          ml[1] = lb;
-        }
-        const float m_new = std::max(s[0], m);
-        const float alpha = std::exp(s[0] - m_new);  // 0 when the state was empty
-        const float beta = std::exp(m - m_new);
-        s[0] = m_new;
-        s[1] = s[1] * alpha + l * beta;
-        if (alpha != 1.0f)
-          for (int c = 0; c < d; ++c) s[2 + c] *= alpha;
-        if (beta != 1.0f)
-          for (int j = 0; j < used; ++j) sh[j] *= beta;
-      }
-      for (int b = b0; b < b1; ++b) {
-        const KvBlockRef& blk = blocks[b];
-        const int n =
-            static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
-        if (n <= 0) continue;
-        const float* pb = scores.data() + off[b - b0];
-        if (blk.k)
-          pv_accumulate(p.dtype, pb, R, g, blk.v, blk.ld, n, d, si + 2, st);
-        else
-          pv_accumulate_f32(pb, R, g, vq[b - b0], d, n, d, si + 2, st);
-      }
-    }
-    b0 = b1;
   }
 }
 
@@ -165,6 +39,244 @@ void attn_merge(const float* parts, int n_parts, int64_t part_stride, int group,
     for (int c = 0; c < head_dim; ++c) o[c] *= inv;
     global_ml[2 * h] = M;
     global_ml[2 * h + 1] = L;
+  }
+}
+
+namespace {
+
+// Blocks are processed in runs of up to kRunTokens tokens: scores of a run live in one
+// buffer, so the softmax bookkeeping (max, exp, rescaling of the running state) is done
+// once per run with full vectors instead of once per 8-token window.
+constexpr int kRunTokens = 256;
+constexpr float kMasked = -1e30f;  // score of a masked token: exp() underflows to exactly 0
+// Tasks a call aims for at least when it splits blocks into ranges (decode: few heads, one
+// query). A constant, not the thread count, so that results do not depend on -t; 8 keeps up
+// to 8 threads busy.
+constexpr int64_t kTargetTasks = 8;
+
+// Tokens of `blk` that a query at position qpos may see (causal).
+inline int visible(const KvBlockRef& blk, int64_t qpos) {
+  return static_cast<int>(std::min<int64_t>(blk.n, std::max<int64_t>(qpos - blk.pos0 + 1, 0)));
+}
+
+// A span: consecutive blocks [b, e) of a run that one kernel call can read as one.
+struct Span {
+  int b = 0, e = 0;
+  int64_t pos0 = 0;
+  int n = 0;  // tokens
+};
+
+bool continues(const KvBlockRef& a, const KvBlockRef& b) {
+  if (a.pos0 + a.n != b.pos0) return false;
+  if (!a.k || !b.k) return !a.k && !b.k;  // low-bit windows are decoded side by side
+  return a.ld == b.ld && b.k == a.k + a.n * a.ld && b.v == a.v + a.n * a.ld;
+}
+
+}  // namespace
+
+void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t ldq, int nq,
+                             int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
+                             float* block_ml, int64_t ml_stride) {
+  const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
+  thread_local std::vector<float> scores, kbuf, vbuf;
+  thread_local std::vector<int> off;
+  thread_local std::vector<Span> spans;
+  if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
+  int64_t tok_base = 0;  // tokens of the runs before this one (token_ml units)
+  for (int b0 = 0; b0 < n_blocks;) {
+    // Form a run [b0, b1) and its spans.
+    int b1 = b0, run = 0;
+    off.clear();
+    spans.clear();
+    while (b1 < n_blocks && (b1 == b0 || run + blocks[b1].n <= kRunTokens)) {
+      off.push_back(run);
+      if (b1 > b0 && continues(blocks[b1 - 1], blocks[b1])) {
+        spans.back().e = b1 + 1;
+        spans.back().n += blocks[b1].n;
+      } else {
+        spans.push_back({b1, b1 + 1, blocks[b1].pos0, blocks[b1].n});
+      }
+      run += blocks[b1].n;
+      ++b1;
+    }
+    if (scores.size() < size_t(g) * run) scores.resize(size_t(g) * run);
+    const int R = run;
+    // Decode the run's low-bit windows once for all queries: keys (pre-RoPE) rotated to
+    // their positions, values as they are.
+    if (kbuf.size() < size_t(R) * d) kbuf.resize(size_t(R) * d), vbuf.resize(size_t(R) * d);
+    for (int b = b0; b < b1; ++b) {
+      const KvBlockRef& blk = blocks[b];
+      if (blk.k) continue;
+      const int n_max = visible(blk, qpos0 + nq - 1);
+      if (n_max <= 0) continue;
+      float* kb = kbuf.data() + size_t(off[b - b0]) * d;
+      float* vb = vbuf.data() + size_t(off[b - b0]) * d;
+      dequantize_window_head(*p.qlayout, blk.qwin, p.kv_head, n_max, kb, vb);
+      for (int t = 0; t < n_max; ++t)
+        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t),
+                   kb + size_t(t) * d, 1, d, d);
+    }
+    for (int i = 0; i < nq; ++i) {
+      const float* qi = q + i * ldq;
+      float* si = state + size_t(i) * g * st;
+      float* ml_i = block_ml ? block_ml + i * ml_stride : nullptr;
+      const int64_t qpos = qpos0 + i;
+      bool any = false;
+      for (const Span& sp : spans) {
+        const int o = off[sp.b - b0];
+        const int n =
+            static_cast<int>(std::min<int64_t>(sp.n, std::max<int64_t>(qpos - sp.pos0 + 1, 0)));
+        if (n > 0) {
+          any = true;
+          const KvBlockRef& blk = blocks[sp.b];
+          if (blk.k)
+            qk_scores(p.dtype, qi, d, g, blk.k, blk.ld, n, d, p.scale, scores.data() + o, R);
+          else
+            qk_scores_f32(qi, d, g, kbuf.data() + size_t(o) * d, d, n, d, p.scale,
+                          scores.data() + o, R);
+        }
+        for (int h = 0; h < g; ++h)
+          for (int j = n; j < sp.n; ++j) scores[size_t(h) * R + o + j] = kMasked;
+      }
+      const int used = R;  // scores[0, R) are filled (masked tokens hold kMasked)
+      if (!any) {
+        if (ml_i) {
+          // Units of the run: its blocks, or (token_ml) its tokens.
+          const int64_t u0 = p.token_ml ? tok_base : b0, u1 = p.token_ml ? tok_base + R : b1;
+          for (int64_t u = u0; u < u1; ++u)
+            for (int h = 0; h < g; ++h) {
+              float* ml = ml_i + (size_t(u) * g + h) * 2;
+              ml[0] = -std::numeric_limits<float>::infinity();
+              ml[1] = 0.0f;
+            }
+        }
+        continue;
+      }
+      for (int h = 0; h < g; ++h) {
+        float* sh = scores.data() + size_t(h) * R;
+        float* s = si + h * st;
+        const float m = max_of(sh, used);
+        const float l = exp_sub_sum(sh, used, m);  // sh[j] = exp(s_j - m); masked → 0
+        if (ml_i && p.token_ml) {
+          // One (m, l) per token: l = its own exp(s - m); masked tokens hold exactly 0.
+          for (int j = 0; j < R; ++j) {
+            float* ml = ml_i + (size_t(tok_base + j) * g + h) * 2;
+            ml[0] = m;
+            ml[1] = sh[j];
+          }
+        } else if (ml_i) {
+          for (int b = b0; b < b1; ++b) {
+            const int o = off[b - b0];
+            const int n = visible(blocks[b], qpos);
+            float* ml = ml_i + (size_t(b) * g + h) * 2;
+            if (n <= 0) {
+              ml[0] = -std::numeric_limits<float>::infinity();
+              ml[1] = 0.0f;
+              continue;
+            }
+            float lb = 0.0f;
+            for (int j = 0; j < n; ++j) lb += sh[o + j];
+            ml[0] = m;  // every block of the run shares the run's max
+            ml[1] = lb;
+          }
+        }
+        const float m_new = std::max(s[0], m);
+        const float alpha = std::exp(s[0] - m_new);  // 0 when the state was empty
+        const float beta = std::exp(m - m_new);
+        s[0] = m_new;
+        s[1] = s[1] * alpha + l * beta;
+        if (alpha != 1.0f)
+          for (int c = 0; c < d; ++c) s[2 + c] *= alpha;
+        if (beta != 1.0f)
+          for (int j = 0; j < used; ++j) sh[j] *= beta;
+      }
+      for (const Span& sp : spans) {
+        const int o = off[sp.b - b0];
+        const int n =
+            static_cast<int>(std::min<int64_t>(sp.n, std::max<int64_t>(qpos - sp.pos0 + 1, 0)));
+        if (n <= 0) continue;
+        const KvBlockRef& blk = blocks[sp.b];
+        const float* pb = scores.data() + o;
+        if (blk.k)
+          pv_accumulate(p.dtype, pb, R, g, blk.v, blk.ld, n, d, si + 2, st);
+        else
+          pv_accumulate_f32(pb, R, g, vbuf.data() + size_t(o) * d, d, n, d, si + 2, st);
+      }
+    }
+    b0 = b1;
+    tok_base += R;
+  }
+}
+
+void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, int64_t ldq,
+                   int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
+                   float* out, double* mass, MassLayout layout, BlockAttnScratch& sc,
+                   ThreadPool& pool) {
+  const int H = n_kv_heads, g = fp.group, d = fp.head_dim, st = attn_state_stride(d);
+  int64_t nb_max = 0;
+  for (int h = 0; h < H; ++h) nb_max = std::max(nb_max, head_off[h + 1] - head_off[h]);
+  const int64_t n_blocks = head_off[H];
+  // Mass units: blocks, or (token_ml) tokens; unit_off[b] = units before block b.
+  std::vector<int64_t>& unit_off = sc.unit_off;
+  unit_off.resize(size_t(n_blocks) + 1);
+  unit_off[0] = 0;
+  for (int64_t b = 0; b < n_blocks; ++b)
+    unit_off[b + 1] = unit_off[b] + (fp.token_ml ? blocks[b].n : 1);
+  // Outer tiles of query tokens bound the per-block scratch. Inside a tile, a task is
+  // (KV head, run of up to kRun queries, segment of blocks): the run shares every decoded
+  // low-bit window; segments split the blocks only when runs × heads are too few for the
+  // threads (decode).
+  constexpr int64_t kRun = 16;
+  const int64_t ml_tok = unit_off[n_blocks] * g * 2;  // block_ml floats per query token
+  const int64_t T =
+      mass ? std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(ml_tok, 1), 1, n_q) : n_q;
+  sc.gml.resize(size_t(g) * 2);
+  for (int64_t t0 = 0; t0 < n_q; t0 += T) {
+    const int64_t tn = std::min(T, n_q - t0);
+    const int64_t runs = (tn + kRun - 1) / kRun;
+    const int64_t base = runs * H;
+    const int64_t segs =
+        std::clamp<int64_t>((kTargetTasks + base - 1) / base, 1, std::max<int64_t>(nb_max, 1));
+    sc.parts.resize(size_t(tn * H * segs) * g * st);  // [token][head][seg][g][st]
+    if (mass) sc.block_ml.resize(size_t(tn) * ml_tok);
+    float* block_ml = mass ? sc.block_ml.data() : nullptr;
+    pool.parallel_for(base * segs, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t task = b0; task < b1; ++task) {
+        const int64_t s = task % segs, h = (task / segs) % H, r = task / segs / H;
+        const int64_t i0 = r * kRun, nq = std::min(kRun, tn - i0);
+        const int64_t nb = head_off[h + 1] - head_off[h];
+        const int64_t blo = nb * s / segs, bhi = nb * (s + 1) / segs;
+        FusedAttnParams hp = fp;
+        hp.kv_head = int(h);
+        // The run's states are strided by heads × segs in parts: gather them contiguously.
+        thread_local std::vector<float> run_state;
+        run_state.resize(size_t(nq) * g * st);
+        for (int64_t i = 0; i < nq; ++i) attn_state_init(run_state.data() + i * g * st, g, d);
+        fused_attention_partial(
+            hp, q + (t0 + i0) * ldq + h * g * d, ldq, int(nq), qpos0 + t0 + i0,
+            blocks + head_off[h] + blo, int(bhi - blo), run_state.data(),
+            block_ml ? block_ml + size_t(i0) * ml_tok + unit_off[head_off[h] + blo] * g * 2
+                     : nullptr,
+            ml_tok);
+        for (int64_t i = 0; i < nq; ++i)
+          std::memcpy(sc.parts.data() + ((size_t(i0 + i) * H + h) * segs + s) * g * st,
+                      run_state.data() + i * g * st, sizeof(float) * g * st);
+      }
+    });
+    // Merge segments per (token, head) and turn block (m_b, l_b) into masses.
+    for (int64_t t = 0; t < tn; ++t) {
+      for (int h = 0; h < H; ++h) {
+        attn_merge(sc.parts.data() + ((size_t(t) * H + h) * segs) * g * st, int(segs),
+                   int64_t(g) * st, g, d, out + (t0 + t) * ldq + h * g * d, sc.gml.data());
+        if (!mass) continue;
+        const int64_t u0 = unit_off[head_off[h]], nu = unit_off[head_off[h + 1]] - u0;
+        const float* ml = block_ml + size_t(t) * ml_tok + u0 * g * 2;
+        double* mh = layout == MassLayout::kPerHeadBlock ? mass + u0 : mass;
+        for (int64_t b = 0; b < nu; ++b)
+          for (int j = 0; j < g; ++j)
+            mh[b] += attn_block_mass(ml + (size_t(b) * g + j) * 2, sc.gml.data() + 2 * j);
+      }
+    }
   }
 }
 

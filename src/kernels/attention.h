@@ -7,13 +7,18 @@
 // so each block's probability mass comes out at the end without a second pass:
 //   mass_b = l_b · exp(m_b − M) / L   with the global max M and denominator L.
 // ref::attention_materialized (ref/attention_ref.h) computes the same from full matrices.
+// attend_blocks() is the one attention loop of every cache: it splits a call over threads
+// by (KV head, run of queries, range of blocks) and merges the partial states.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "core/thread_pool.h"
 #include "kernels/kv_quant.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
+#include "kernels/softmax_state.h"
 
 namespace qevict {
 
@@ -37,34 +42,59 @@ struct FusedAttnParams {
   int kv_head = 0;                       // which head of a quantized window to decode
   const QuantLayout* qlayout = nullptr;  // for low-bit blocks
   const RopeTable* rope = nullptr;       // for low-bit blocks (covers their positions)
+  // Masses per token instead of per block: block_ml then holds one (m, l) per token, in
+  // block order (per-token scores such as H2O's, FullKV's attention observer).
+  bool token_ml = false;
 };
-
-// Per-head online-softmax state: m (running max), l (sum of exp(s - m)), o[head_dim]
-// (sum of exp(s - m) · v). Layout [group][head_dim + 2] = {m, l, o...}.
-inline int attn_state_stride(int head_dim) { return head_dim + 2; }
-void attn_state_init(float* state, int group, int head_dim);
 
 // Accumulates blocks[0..n_blocks) into the states of nq query tokens at positions
 // qpos0 + i (i < nq): query i is q + i*ldq, f32 [group][head_dim] (stride head_dim); its
 // state is state + i*group*(head_dim+2). Tokens after a query's position are masked
 // (causal). Each low-bit block is decoded once for all nq queries. block_ml receives each
 // block's (m_b, l_b) per head: f32 at block_ml + i*ml_stride + (b*group + h)*2
-// (m_b = -inf, l_b = 0 for a block fully masked for that query).
+// (m_b = -inf, l_b = 0 for a block fully masked for that query); with p.token_ml the unit is
+// the token (its index counted over the blocks' tokens) instead of b; block_ml may be null.
+// Consecutive blocks whose positions follow each other and whose rows are contiguous in
+// memory (or are low-bit windows, decoded side by side) are scored and accumulated with
+// one kernel call each, so many small blocks (one per token) cost no more than one large.
 void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t ldq, int nq,
                              int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
                              float* block_ml, int64_t ml_stride);
 
-// Merges `n_parts` partial states (each [group][head_dim+2], part_stride floats apart) into
-// out f32 [group][head_dim] (stride head_dim) = O / L with M = max m_p, L = Σ l_p e^(m_p−M),
-// O = Σ o_p e^(m_p−M); writes (M, L) per head to global_ml f32 [group][2] so that callers can
-// turn each block's (m_b, l_b) into its mass (attn_block_mass).
-void attn_merge(const float* parts, int n_parts, int64_t part_stride, int group, int head_dim,
-                float* out, float* global_ml);
+// Scratch of attend_blocks, kept by the caller between calls (its bytes count as the cache's).
+struct BlockAttnScratch {
+  std::vector<float> parts;       // f32 [tile][n_kv_heads][segments][group][head_dim + 2]
+  std::vector<float> block_ml;    // f32 [tile][blocks][group][2]
+  std::vector<float> gml;         // f32 [group][2]
+  std::vector<int64_t> unit_off;  // mass units (blocks or tokens) before each block
+  size_t bytes() const {
+    return (parts.capacity() + block_ml.capacity() + gml.capacity()) * 4 + unit_off.capacity() * 8;
+  }
+  // Gives the memory back (after a prefill chunk: decode needs far less).
+  void trim() {
+    std::vector<float>().swap(parts);
+    std::vector<float>().swap(block_ml);
+  }
+};
 
-// mass of one block for one head from its (m_b, l_b) and the global (M, L).
-inline float attn_block_mass(const float* ml_b, const float* ml_global) {
-  if (ml_b[1] == 0.0f) return 0.0f;
-  return ml_b[1] * __builtin_expf(ml_b[0] - ml_global[0]) / ml_global[1];
-}
+// How attend_blocks reports masses: per block of each head (mass[head_off[h] + b]), or summed
+// over the KV heads per block index (mass[b]; every head has the same number of blocks, e.g.
+// windows that span all heads).
+enum class MassLayout { kPerHeadBlock, kSumOverHeads };
+
+// Causal attention of n_q query tokens at positions qpos0 + t over per-KV-head block lists:
+//   q     f32 [n_q][n_kv_heads · group · head_dim], row stride ldq (post-RoPE queries)
+//   out   f32, the same layout as q
+//   blocks  KV head h's blocks are blocks[head_off[h], head_off[h+1]), in position order
+//   mass  f64 (or null): += Σ over the queries and the group's query heads of the
+//         probability each block (p.token_ml: each token, in block order) received, laid out
+//         as `layout` (with token_ml, kPerHeadBlock: head h's tokens follow head h-1's).
+// Work is split over `pool` by (KV head, run of up to 16 queries, range of blocks); the
+// split does not depend on the thread count, so neither do the results. Outer tiles of
+// queries bound block_ml.
+void attend_blocks(const FusedAttnParams& p, int n_kv_heads, const float* q, int64_t ldq,
+                   int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
+                   float* out, double* mass, MassLayout layout, BlockAttnScratch& scratch,
+                   ThreadPool& pool);
 
 }  // namespace qevict

@@ -1,14 +1,26 @@
 // FullKV: every token's key/value kept in 16-bit floats (f16 default, bf16 selectable), in
 // pages of kPageTokens tokens allocated as the sequence grows (real bytes = pages held).
-// Attention splits keys by page and merges partial softmax states (flash-decoding), so
-// decode uses every thread even with few KV heads.
+// Attention passes the pages to the shared block-attention loop (kernels/attention.h), which
+// splits keys by page range and merges partial softmax states (flash-decoding), so decode
+// uses every thread even with few KV heads.
 #pragma once
 
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kvcache/kv_cache.h"
 
 namespace qevict {
+
+// Receives the attention FullKV computed (diagnostics, SPEC §8). For one attend() call:
+//   probs f32 [n_kv_heads][n_keys], n_keys = positions [0, n_past + n_new): the probability
+//   each position received, summed over the call's query tokens and averaged over the
+//   query heads that share the KV head (so each row sums to the number of query tokens).
+class AttentionObserver {
+ public:
+  virtual ~AttentionObserver() = default;
+  virtual void on_attention(int layer, int64_t n_keys, const float* probs) = 0;
+};
 
 class FullKvCache final : public SequenceKvCache {
  public:
@@ -21,14 +33,14 @@ class FullKvCache final : public SequenceKvCache {
   Status begin(int64_t n_new) override;
   void attend(int layer, const float* q, const float* k, const float* v, float* out,
               ThreadPool& pool) override;
-  void commit() override;
+  Status commit() override;
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;
-  Status set_attention_observer(AttentionObserver* observer) override {
-    observer_ = observer;
-    return Status::ok();
-  }
+  void report(KvReport* out, ReportDetail detail) const override;
+  // Reports every attend() call's attention probabilities to `observer` (nullptr: stop).
+  // The probabilities are the masses of one-token blocks in the same attention pass.
+  void set_attention_observer(AttentionObserver* observer) { observer_ = observer; }
 
  private:
   // One page: K and V of kPageTokens tokens for every KV head of one layer,
@@ -38,8 +50,6 @@ class FullKvCache final : public SequenceKvCache {
   };
   uint16_t* k_at(int layer, int64_t pos, int kv_head);
   uint16_t* v_at(int layer, int64_t pos, int kv_head);
-  // Second pass for the observer: materialized probabilities of this call's queries.
-  void observe(int layer, const float* q, ThreadPool& pool);
 
   KvShape shape_;
   int64_t n_ctx_;
@@ -47,8 +57,11 @@ class FullKvCache final : public SequenceKvCache {
   int64_t n_past_ = 0;
   int64_t n_new_ = 0;
   std::vector<std::vector<Page>> pages_;  // [layer][page]
-  std::vector<float> partial_;            // per-task softmax partial states (scratch)
+  BlockAttnScratch attn_;
+  std::vector<KvBlockRef> blocks_;  // [n_kv_heads][pages] (observer: [n_kv_heads][tokens])
+  std::vector<int64_t> head_off_;
   AttentionObserver* observer_ = nullptr;
+  std::vector<double> mass_;  // f64 [n_kv_heads][n_keys] for the observer
   std::vector<float> probs_;  // f32 [n_kv_heads][n_keys] for the observer
 };
 

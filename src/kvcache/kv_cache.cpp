@@ -1,7 +1,9 @@
-// KvShape validation and the begin() check shared by the caches.
+// KvShape validation, the begin() check shared by the caches, KvReport totals.
 #include "kvcache/kv_cache.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace qevict {
 
@@ -26,6 +28,33 @@ Status check_begin(int64_t n_past, int64_t n_new, int64_t n_ctx) {
         fmt::format("context full: {} cached + {} new tokens exceed the context size {} (-c)",
                     n_past, n_new, n_ctx));
   return Status::ok();
+}
+
+}  // namespace qevict
+
+namespace qevict {
+
+KvLayerReport KvReport::total() const {
+  KvLayerReport t;
+  for (const auto& x : layers) {
+    t.windows_full += x.windows_full;
+    t.windows_quant += x.windows_quant;
+    t.windows_evicted += x.windows_evicted;
+    t.windows_local += x.windows_local;
+    t.promotions += x.promotions;
+    t.demotions += x.demotions;
+    t.evictions += x.evictions;
+    t.quantizations += x.quantizations;
+    t.evicted_at_first_routing += x.evicted_at_first_routing;
+    t.aged += x.aged;
+    t.bytes_sink += x.bytes_sink;
+    t.bytes_full += x.bytes_full;
+    t.bytes_quant += x.bytes_quant;
+    t.bytes_ledger_of_full += x.bytes_ledger_of_full;
+    t.bytes_budgeted = std::max(t.bytes_budgeted, x.bytes_budgeted);
+    t.bytes_allocated += x.bytes_allocated;
+  }
+  return t;
 }
 
 }  // namespace qevict

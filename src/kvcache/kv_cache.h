@@ -2,7 +2,8 @@
 // keys/values and queries to a sequence's cache; the cache stores them in whatever form
 // its policy chose and computes attention over everything it holds. Policies decide, the
 // cache stores, kernels compute: a cache implementation owns storage and calls kernels;
-// routing policies (later) return plans that the cache applies.
+// routing policies (kvcache/policies) return plans that the cache's store applies. Caches
+// are made by make_kv_cache (kvcache/factory.h) from a policy's registry row.
 #pragma once
 
 #include <cstddef>
@@ -15,38 +16,14 @@
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
+#include "kvcache/report.h"
+#include "kvcache/shape.h"
 #include "kvcache/tier.h"
 
 namespace qevict {
 
-// What one sequence's cache stores per layer (plain data, from the model config).
-struct KvShape {
-  int n_layers = 0;
-  int n_q_heads = 0;
-  int n_kv_heads = 0;  // GQA: n_q_heads / n_kv_heads query heads share one KV head
-  int head_dim = 0;
-  RopeParams rope;  // how keys were rotated (caches that re-rotate keys need it)
-
-  int group() const { return n_q_heads / n_kv_heads; }
-  // Bytes of one token's keys and values for all KV heads in a 16-bit type (f16 or bf16).
-  size_t token_bytes() const { return size_t(2) * n_kv_heads * head_dim * sizeof(uint16_t); }
-  int q_width() const { return n_q_heads * head_dim; }
-  int kv_width() const { return n_kv_heads * head_dim; }
-  Status validate() const;
-};
-
 // The check every cache's begin() makes: at least one token, and room for it in n_ctx.
 Status check_begin(int64_t n_past, int64_t n_new, int64_t n_ctx);
-
-// Receives the attention a cache computed (diagnostics, SPEC §8). For one attend() call:
-//   probs f32 [n_kv_heads][n_keys], n_keys = positions [0, n_past + n_new): the probability
-//   each position received, summed over the call's query tokens and averaged over the
-//   query heads that share the KV head (so each row sums to the number of query tokens).
-class AttentionObserver {
- public:
-  virtual ~AttentionObserver() = default;
-  virtual void on_attention(int layer, int64_t n_keys, const float* probs) = 0;
-};
 
 // One sequence's cache. Call order per forward call: begin(n) → attend(layer, ...) for
 // every layer in order → commit(). Not thread-safe; attend() parallelizes internally.
@@ -72,8 +49,16 @@ class SequenceKvCache {
   virtual void attend(int layer, const float* q, const float* k, const float* v, float* out,
                       ThreadPool& pool) = 0;
 
-  // Ends the call: n_past += n_new. Caches with a routing policy route here.
-  virtual void commit() = 0;
+  // Ends the call: n_past += n_new. A cache with a routing policy then runs a routing
+  // event when one is due — after a prefill chunk (a call with more than one token) and
+  // every Ω decode steps — exactly as route() does. Errors only when a policy's plan does
+  // not fit the budget (nothing is changed then).
+  virtual Status commit() = 0;
+
+  // Runs a routing event now: the policy plans every layer, the store checks each plan
+  // against the budget and applies it (evict → demote → promote). Caches without a policy
+  // do nothing.
+  virtual Status route() { return Status::ok(); }
 
   // Forgets all tokens (n_past = 0); may keep allocations for reuse.
   virtual void clear() = 0;
@@ -83,25 +68,9 @@ class SequenceKvCache {
 
   virtual std::string describe() const = 0;
 
-  // --- Diagnostics (SPEC §8); defaults describe a cache that keeps everything. ---
-  // Routing events so far (after prefill chunks and every Ω decode steps).
-  virtual int64_t routing_events() const { return 0; }
-  // True when tiers differ between the KV heads of a layer (per-head caches such as H2O).
-  virtual bool per_head_tiers() const { return false; }
-  // out[p] = tier of position p for p in [0, n_past()): kLocal for the sink and the local
-  // region (never routed), kFull / kQuant / kEvicted for routed history. kv_head is
-  // ignored unless per_head_tiers().
-  virtual void position_tiers(int layer, int kv_head, std::vector<Tier>* out) const {
-    (void)layer;
-    (void)kv_head;
-    out->assign(size_t(n_past()), Tier::kFull);
-  }
-  // Reports every attend() call's attention probabilities to `observer` (nullptr: stop).
-  // Caches that cannot report them return an error.
-  virtual Status set_attention_observer(AttentionObserver* observer) {
-    (void)observer;
-    return Status::error(describe() + " cannot report attention probabilities");
-  }
+  // Stats and diagnostics (report.h): counts, bytes by tier, budget, times; with
+  // ReportDetail::kTiers also every position's tier and every window's score.
+  virtual void report(KvReport* out, ReportDetail detail = ReportDetail::kSummary) const = 0;
 };
 
 }  // namespace qevict

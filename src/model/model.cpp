@@ -282,8 +282,14 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
       parallel_matmul(pool, {{&output_, xn_.data() + o * E, E, s.logits, c.n_vocab}}, n);
     o += n;
   }
-  for (auto& s : segments) s.cache->commit();
-  return Status::ok();
+  // Every segment commits (and routes when due) even if an earlier one failed, so that no
+  // cache is left mid-call; the first error is returned.
+  Status first = Status::ok();
+  for (auto& s : segments) {
+    Status st = s.cache->commit();
+    if (!st && first) first = st;
+  }
+  return first;
 }
 
 }  // namespace qevict

@@ -10,6 +10,7 @@
 
 #include "core/f16.h"
 #include "kernels/kv_quant.h"
+#include "kvcache/cache_peers.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/tiered_cache.h"
@@ -71,7 +72,7 @@ struct Driver {
       queries[l] = q;
       c.attend(l, q.data(), k.data(), v.data(), o.data(), pool);
     }
-    c.commit();
+    EXPECT_TRUE(c.commit().is_ok());
   }
 };
 
@@ -111,7 +112,7 @@ TEST(AttentionObserver, FullCacheReportsCausalProbabilitiesPerKvHead) {
   const int64_t n_ctx = 300;
   FullKvCache c(d.shape, n_ctx);
   Recorder rec(d.shape.n_kv_heads);
-  ASSERT_TRUE(c.set_attention_observer(&rec).is_ok());
+  c.set_attention_observer(&rec);
   const double eps = std::numeric_limits<float>::epsilon();
   double worst = 0.0;
   size_t n_calls = 0;
@@ -163,27 +164,10 @@ TEST(AttentionObserver, FullCacheReportsCausalProbabilitiesPerKvHead) {
   EXPECT_LE(worst, 1.0);
 
   // nullptr stops the reports.
-  ASSERT_TRUE(c.set_attention_observer(nullptr).is_ok());
+  c.set_attention_observer(nullptr);
   d.step(c, 1, pool);
   d.step(c, 3, pool);
   EXPECT_EQ(rec.calls.size(), n_calls);
-}
-
-TEST(AttentionObserver, TieredCacheDoesNotSupportIt) {
-  KvCacheParams p;
-  p.policy = "qevict";
-  p.budget_fraction = 0.5;
-  auto made = make_kv_cache(gqa_shape(), 200, p);
-  ASSERT_TRUE(made.has_value()) << made.error();
-  ASSERT_NE(dynamic_cast<TieredKvCache*>(made->get()), nullptr);
-  Recorder rec(2);
-  const Status st = (*made)->set_attention_observer(&rec);
-  EXPECT_FALSE(st.is_ok());
-  EXPECT_FALSE(st.message().empty());
-  ThreadPool pool(1);
-  Driver d;
-  d.step(**made, 20, pool);
-  EXPECT_TRUE(rec.calls.empty());
 }
 
 TEST(PositionTiers, TieredCacheReportsSinkWindowTiersAndLocal) {
@@ -205,14 +189,14 @@ TEST(PositionTiers, TieredCacheReportsSinkWindowTiersAndLocal) {
   p.budget_bytes = fixed + 2048;
   const int64_t k_f = 2, k_q = int64_t(1024 / ql.window_bytes());
   ASSERT_GE(k_q, 1);
-  auto made = make_kv_cache(shape, 400, p);
-  ASSERT_TRUE(made.has_value()) << made.error();
-  auto* c = dynamic_cast<TieredKvCache*>(made->get());
+  auto c = TieredKvCacheTestPeer::make(shape, 400, p);
   ASSERT_NE(c, nullptr);
-  ASSERT_EQ(c->stats().capacity_full, k_f) << c->describe();
-  ASSERT_EQ(c->stats().capacity_quant, k_q) << c->describe();
-  EXPECT_FALSE(c->per_head_tiers());
-  EXPECT_EQ(c->routing_events(), 0);
+  const WindowStore& store = TieredKvCacheTestPeer(*c).store();
+  KvReport rep = report_of(*c, ReportDetail::kTiers);
+  ASSERT_EQ(rep.budget.capacity_full, k_f) << c->describe();
+  ASSERT_EQ(rep.budget.capacity_quant, k_q) << c->describe();
+  EXPECT_FALSE(rep.per_head);
+  EXPECT_EQ(rep.routing_events, 0);
 
   Driver d;
   ThreadPool pool(2);
@@ -232,16 +216,18 @@ TEST(PositionTiers, TieredCacheReportsSinkWindowTiersAndLocal) {
       decode_since_route = 0;
       n_routed_at = n_past;
     }
-    ASSERT_EQ(c->routing_events(), events) << "after a call of " << n_new << " at " << n_past;
+    rep = report_of(*c, ReportDetail::kTiers);
+    ASSERT_EQ(rep.routing_events, events) << "after a call of " << n_new << " at " << n_past;
     // Windows wholly outside the local region at the last routing event have been routed;
     // windows still in the local region are kLocal.
     const int64_t aged_now = std::max<int64_t>(0, (n_past - L - S) / W);
     const int64_t routed = std::max<int64_t>(0, (n_routed_at - L - S) / W);
     for (int l = 0; l < shape.n_layers; ++l) {
-      ASSERT_EQ(c->n_windows(l), (n_past - S + W - 1) / W);
+      ASSERT_EQ(store.n_windows(l), (n_past - S + W - 1) / W);
+      ASSERT_EQ(rep.window_scores[size_t(l)].size(), size_t(store.n_windows(l)));
       int64_t n_f = 0, n_q = 0;
-      for (int32_t w = 0; w < c->n_windows(l); ++w) {
-        const Tier t = c->window_tier(l, w);
+      for (int32_t w = 0; w < store.n_windows(l); ++w) {
+        const Tier t = store.window(l, w).tier;
         if (w < routed) {
           EXPECT_NE(t, Tier::kLocal) << "window " << w << " routed at n_past " << n_routed_at;
         }
@@ -256,14 +242,13 @@ TEST(PositionTiers, TieredCacheReportsSinkWindowTiersAndLocal) {
       }
       EXPECT_LE(n_f, k_f) << "n_past " << n_past;
       EXPECT_LE(n_q, k_q) << "n_past " << n_past;
-      for (int h = 0; h < shape.n_kv_heads; ++h) {
-        std::vector<Tier> tiers;
-        c->position_tiers(l, h, &tiers);
+      {
+        const std::vector<Tier>& tiers = rep.position_tiers[size_t(l)];
         ASSERT_EQ(tiers.size(), size_t(n_past));
         for (int64_t j = 0; j < n_past; ++j) {
-          const Tier want = j < S ? Tier::kLocal : c->window_tier(l, int32_t((j - S) / W));
+          const Tier want = j < S ? Tier::kLocal : store.window(l, int32_t((j - S) / W)).tier;
           ASSERT_EQ(tier_char(tiers[j]), tier_char(want))
-              << "layer " << l << " head " << h << " position " << j << " n_past " << n_past;
+              << "layer " << l << " position " << j << " n_past " << n_past;
         }
       }
     }
@@ -278,21 +263,22 @@ TEST(PositionTiers, DefaultsDescribeACacheThatKeepsEverything) {
   Driver d;
   ThreadPool pool(2);
   FullKvCache c(d.shape, 100);
-  std::vector<Tier> tiers;
-  c.position_tiers(0, 0, &tiers);
-  EXPECT_TRUE(tiers.empty());
+  EXPECT_TRUE(report_of(c, ReportDetail::kTiers).position_tiers[0].empty());
   for (int64_t n_new : {int64_t(23), int64_t(1), int64_t(1), int64_t(9), int64_t(1)}) {
     d.step(c, n_new, pool);
-    for (int l = 0; l < d.shape.n_layers; ++l)
-      for (int h = 0; h < d.shape.n_kv_heads; ++h) {
-        c.position_tiers(l, h, &tiers);
-        ASSERT_EQ(tiers.size(), size_t(c.n_past()));
-        for (size_t j = 0; j < tiers.size(); ++j)
-          ASSERT_EQ(tiers[j], Tier::kFull) << "layer " << l << " position " << j;
-      }
+    const KvReport rep = report_of(c, ReportDetail::kTiers);
+    ASSERT_EQ(rep.position_tiers.size(), size_t(d.shape.n_layers));
+    for (int l = 0; l < d.shape.n_layers; ++l) {
+      const auto& tiers = rep.position_tiers[size_t(l)];
+      ASSERT_EQ(tiers.size(), size_t(c.n_past()));
+      for (size_t j = 0; j < tiers.size(); ++j)
+        ASSERT_EQ(tiers[j], Tier::kFull) << "layer " << l << " position " << j;
+    }
   }
-  EXPECT_FALSE(c.per_head_tiers());
-  EXPECT_EQ(c.routing_events(), 0);
+  const KvReport rep = report_of(c);
+  EXPECT_FALSE(rep.per_head);
+  EXPECT_EQ(rep.routing_events, 0);
+  EXPECT_FALSE(rep.budget.budgeted());
 }
 
 }  // namespace

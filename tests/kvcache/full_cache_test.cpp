@@ -88,7 +88,7 @@ void run_case(int n_threads, HalfType dt, std::vector<int64_t> steps) {
       EXPECT_LT(worst, 2e-5) << "layer " << layer << " step at " << n_past << " worst index " << wi
                              << " got " << out[wi] << " want " << want[wi];
     }
-    cache.commit();
+    EXPECT_TRUE(cache.commit().is_ok());
     EXPECT_EQ(cache.n_past(), n_past + n_new);
   }
 }
@@ -120,7 +120,7 @@ TEST(FullKvCache, BytesGrowByPages) {
   const size_t page =
       size_t(2) * FullKvCache::kPageTokens * 16 * 2 /*bytes*/ * 2 /*k,v*/ * 3 /*layers*/;
   EXPECT_EQ(cache.bytes_held(), page);
-  cache.commit();
+  EXPECT_TRUE(cache.commit().is_ok());
   ASSERT_TRUE(cache.begin(FullKvCache::kPageTokens).is_ok());
   EXPECT_EQ(cache.bytes_held(), 2 * page);
 }

@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "core/f16.h"
-#include "kvcache/head_cache.h"
+#include "kvcache/cache_peers.h"
+#include "kvcache/factory.h"
 #include "kvcache/params.h"
-#include "kvcache/tiered_cache.h"
+#include "kvcache/registry.h"
 
 namespace qevict {
 namespace {
@@ -32,7 +33,7 @@ std::vector<Tier> streaming_model(const std::vector<RoutingCandidate>& in, const
   std::iota(idx.begin(), idx.end(), size_t(0));
   for (size_t i = 0; i < n; ++i)  // selection sort by window id, descending: obviously right
     for (size_t j = i + 1; j < n; ++j)
-      if (in[idx[j]].window > in[idx[i]].window) std::swap(idx[i], idx[j]);
+      if (in[idx[j]].id > in[idx[i]].id) std::swap(idx[i], idx[j]);
   size_t n_full = 0, cum = 0;
   for (size_t r = 0; r < n; ++r) {
     cum += b.window_full + (b.strict_ledger && in[idx[r]].has_ledger ? b.window_quant : 0);
@@ -50,7 +51,7 @@ std::vector<Tier> streaming_model(const std::vector<RoutingCandidate>& in, const
 std::string plan_string(const std::vector<RoutingCandidate>& in, const std::vector<Tier>& t) {
   std::string s;
   for (size_t i = 0; i < in.size(); ++i)
-    s += std::to_string(in[i].window) + (in[i].has_ledger ? "L" : "") + ":" + tier_char(t[i]) + " ";
+    s += std::to_string(in[i].id) + (in[i].has_ledger ? "L" : "") + ":" + tier_char(t[i]) + " ";
   return s;
 }
 
@@ -68,7 +69,7 @@ TEST(StreamingPolicy, MatchesBruteForceRuleAndIgnoresScores) {
     std::shuffle(ids.begin(), ids.end(), rng);
     std::vector<RoutingCandidate> in(n);
     for (int i = 0; i < n; ++i) {
-      in[i].window = ids[i];
+      in[i].id = ids[i];
       in[i].score = score(rng);
       in[i].tier = Tier(rng() % 3);  // kLocal, kFull or kQuant
       in[i].has_ledger = rng() % 2;
@@ -99,12 +100,12 @@ TEST(StreamingPolicy, MatchesBruteForceRuleAndIgnoresScores) {
         break;
     }
     std::vector<Tier> out;
-    pol.route(in, b, &out);
+    out = plan_tiers(pol, in, b);
     const std::vector<Tier> want = streaming_model(in, b);
     ASSERT_EQ(out.size(), size_t(n));
     for (int i = 0; i < n; ++i)
       ASSERT_EQ(tier_char(out[i]), tier_char(want[i]))
-          << "trial " << trial << " candidate " << i << " (window " << in[i].window << ", ledger "
+          << "trial " << trial << " candidate " << i << " (window " << in[i].id << ", ledger "
           << in[i].has_ledger << ") full_bytes " << b.full_bytes << " quant_bytes " << b.quant_bytes
           << " M_f " << b.window_full << " M_q " << b.window_quant << " strict " << b.strict_ledger
           << "\n got  " << plan_string(in, out) << "\n want " << plan_string(in, want);
@@ -124,10 +125,10 @@ TEST(StreamingPolicy, MatchesBruteForceRuleAndIgnoresScores) {
     std::shuffle(scores.begin(), scores.end(), rng);
     for (int i = 0; i < n; ++i) permuted[i].score = scores[i];
     std::vector<Tier> out_p;
-    pol.route(permuted, b, &out_p);
+    out_p = plan_tiers(pol, permuted, b);
     ASSERT_EQ(out_p, out) << "trial " << trial << ": permuted scores changed the plan";
     for (auto& c : permuted) c.score = -score(rng);
-    pol.route(permuted, b, &out_p);
+    out_p = plan_tiers(pol, permuted, b);
     ASSERT_EQ(out_p, out) << "trial " << trial << ": new scores changed the plan";
 
     // Nor does the order of the candidates: the plan follows each window.
@@ -136,9 +137,9 @@ TEST(StreamingPolicy, MatchesBruteForceRuleAndIgnoresScores) {
     std::shuffle(perm.begin(), perm.end(), rng);
     std::vector<RoutingCandidate> reordered(n);
     for (int i = 0; i < n; ++i) reordered[i] = in[perm[i]];
-    pol.route(reordered, b, &out_p);
+    out_p = plan_tiers(pol, reordered, b);
     for (int i = 0; i < n; ++i)
-      ASSERT_EQ(out_p[i], out[perm[i]]) << "trial " << trial << " window " << in[perm[i]].window;
+      ASSERT_EQ(out_p[i], out[perm[i]]) << "trial " << trial << " window " << in[perm[i]].id;
   }
   // The random budgets exercised every outcome.
   EXPECT_GT(n_full_seen, 100);
@@ -152,7 +153,7 @@ TEST(StreamingPolicy, MatchesBruteForceRuleAndIgnoresScores) {
 TEST(StreamingPolicy, OnceAWindowMissesFullNothingOlderTakesFull) {
   StreamingPolicy pol;
   std::vector<RoutingCandidate> in(5);
-  for (int i = 0; i < 5; ++i) in[i].window = i;  // 4 is the newest
+  for (int i = 0; i < 5; ++i) in[i].id = i;  // 4 is the newest
   in[3].has_ledger = true;
   in[0].score = 100.0;  // scores are ignored
   RoutingBudget b;
@@ -162,13 +163,13 @@ TEST(StreamingPolicy, OnceAWindowMissesFullNothingOlderTakesFull) {
   b.quant_bytes = 149;  // two low-bit windows
   b.strict_ledger = true;
   std::vector<Tier> out;
-  pol.route(in, b, &out);
+  out = plan_tiers(pol, in, b);
   const std::vector<Tier> want = {Tier::kEvicted, Tier::kEvicted, Tier::kQuant, Tier::kQuant,
                                   Tier::kFull};
   EXPECT_EQ(plan_string(in, out), plan_string(in, want));
   // Not strict: the ledger is free, 4 and 3 fit F, then 2 and 1 go to Q, 0 is evicted.
   b.strict_ledger = false;
-  pol.route(in, b, &out);
+  out = plan_tiers(pol, in, b);
   const std::vector<Tier> want_lax = {Tier::kEvicted, Tier::kQuant, Tier::kQuant, Tier::kFull,
                                       Tier::kFull};
   EXPECT_EQ(plan_string(in, out), plan_string(in, want_lax));
@@ -251,7 +252,7 @@ TEST(StreamingCache, KeepsSinkPlusConstantRecentWindowAndAttendsOverExactlyThose
   ASSERT_EQ(p.route_every, 1);
   ASSERT_EQ(p.q, 0.0);
   const int64_t S = p.sink, L = p.local;  // L stays SPEC's 32
-  // Byte formula (params.cpp / tiered_cache.cpp):
+  // Byte formula (kvcache/budget.cpp):
   //   token_bytes = 2 (K,V) * n_kv_heads * head_dim * 2 B = 128, M_f = ω * token_bytes = 128,
   //   fixed = S * token_bytes + (ceil(L/ω) + 1) * M_f = 4*128 + 33*128 = 4736,
   //   K_f = floor((1 - q) * (B - fixed) / M_f).
@@ -270,10 +271,10 @@ TEST(StreamingCache, KeepsSinkPlusConstantRecentWindowAndAttendsOverExactlyThose
     const int64_t n_ctx = 160;
     auto made = make_kv_cache(shape, n_ctx, p);
     ASSERT_TRUE(made.has_value()) << made.error();
-    auto* c = dynamic_cast<TieredKvCache*>(made->get());
-    ASSERT_NE(c, nullptr);
-    EXPECT_EQ(c->stats().capacity_full, k_f) << c->describe();
-    EXPECT_EQ(c->stats().capacity_quant, 0) << c->describe();
+    SequenceKvCache* c = made->get();
+    ASSERT_EQ(report_of(*c).budget.kind, CacheKind::kWindowed);
+    EXPECT_EQ(report_of(*c).budget.capacity_full, k_f) << c->describe();
+    EXPECT_EQ(report_of(*c).budget.capacity_quant, 0) << c->describe();
 
     ThreadPool pool(2);
     std::mt19937 rng(4242);
@@ -312,11 +313,13 @@ TEST(StreamingCache, KeepsSinkPlusConstantRecentWindowAndAttendsOverExactlyThose
           worst = std::max(worst, r);
         }
       }
-      c->commit();
+      ASSERT_TRUE(c->commit().is_ok());
       n_past += n_new;
       ++steps;
       ASSERT_EQ(c->n_past(), n_past);
-      EXPECT_EQ(c->routing_events(), steps) << "Ω = 1: every call routes";
+      const KvReport rep = report_of(*c, ReportDetail::kTiers);
+      EXPECT_EQ(rep.routing_events, steps) << "Ω = 1: every call routes";
+      EXPECT_FALSE(rep.per_head);
 
       // Expected: sink [0, S), local = the newest L (never routed), F = the K_f before them,
       // everything in between evicted. Once n_past > S + R the kept count is S + R.
@@ -327,9 +330,8 @@ TEST(StreamingCache, KeepsSinkPlusConstantRecentWindowAndAttendsOverExactlyThose
       const int64_t n_kept = std::count(kept.begin(), kept.end(), 1);
       EXPECT_EQ(n_kept, S + std::min(n_past - S, R)) << "n_past " << n_past;
       for (int l = 0; l < shape.n_layers; ++l) {
-        for (int h = 0; h < shape.n_kv_heads; ++h) {
-          std::vector<Tier> tiers;
-          c->position_tiers(l, h, &tiers);
+        {
+          const std::vector<Tier>& tiers = rep.position_tiers[size_t(l)];
           ASSERT_EQ(tiers.size(), size_t(n_past));
           for (int64_t j = 0; j < n_past; ++j) {
             const Tier want = j < S               ? Tier::kLocal
@@ -337,21 +339,21 @@ TEST(StreamingCache, KeepsSinkPlusConstantRecentWindowAndAttendsOverExactlyThose
                               : j >= recent_begin ? Tier::kFull
                                                   : Tier::kEvicted;
             ASSERT_EQ(tier_char(tiers[j]), tier_char(want))
-                << "layer " << l << " head " << h << " position " << j << " n_past " << n_past
-                << " (sink " << S << ", recent window [" << recent_begin << ", " << n_past
-                << "), local from " << local_begin << ")";
+                << "layer " << l << " position " << j << " n_past " << n_past << " (sink " << S
+                << ", recent window [" << recent_begin << ", " << n_past << "), local from "
+                << local_begin << ")";
           }
         }
       }
-      const TierLayerStats st = c->stats().layers[0];
+      const KvLayerReport& st = rep.layers[0];
       EXPECT_LE(st.windows_full, k_f);
       EXPECT_EQ(st.windows_quant, 0);
       for (int l = 0; l < shape.n_layers; ++l)
-        EXPECT_LE(c->budgeted_bytes_in_use(l), c->budget_bytes()) << "n_past " << n_past;
+        EXPECT_LE(rep.layers[l].bytes_budgeted, rep.budget.total) << "n_past " << n_past;
     }
     EXPECT_GE(steps, 61);
     EXPECT_GT(n_past, S + R);  // the window filled and rolled
-    EXPECT_GT(c->stats().layers[0].evictions, 0);
+    EXPECT_GT(report_of(*c).layers[0].evictions, 0);
     EXPECT_LE(worst, 1.0);
   }
 }
@@ -475,8 +477,7 @@ TEST(PolicyDefaults, QevictAndFullChangeNothing) {
 
 TEST(PolicyDefaults, H2oWithHalfBudgetLocalSplitsTheHeadCapacity) {
   const KvShape shape = small_shape();
-  const size_t m = HeadKvCache::token_head_bytes(shape);
-  ASSERT_EQ(m, size_t(2 * 16 * 2 + 4));  // K + V f16 + int32 position
+  const size_t m = size_t(2 * 16 * 2 + 4);  // K + V f16 + int32 position
   for (int sink : {0, 3}) {
     KvCacheParams p;
     p.policy = "h2o";
@@ -490,15 +491,17 @@ TEST(PolicyDefaults, H2oWithHalfBudgetLocalSplitsTheHeadCapacity) {
     p.budget_bytes = int64_t(C * m * shape.n_kv_heads + m - 1);
     auto made = make_kv_cache(shape, 1000, p);
     ASSERT_TRUE(made.has_value()) << made.error();
-    auto* h = dynamic_cast<HeadKvCache*>(made->get());
-    ASSERT_NE(h, nullptr) << (*made)->describe();
+    SequenceKvCache* h = made->get();
+    const KvReport r = report_of(*h, ReportDetail::kTiers);
+    ASSERT_EQ(r.budget.kind, CacheKind::kPerHead) << h->describe();
+    EXPECT_EQ(r.budget.head_token_bytes, m);
     const int64_t recent = (C - sink) / 2;  // floor((C - S) / 2)
-    EXPECT_EQ(h->head_capacity(), C);
-    EXPECT_EQ(h->heavy_capacity(), C - sink - recent);
+    EXPECT_EQ(r.budget.head_capacity, C);
+    EXPECT_EQ(r.budget.head_heavy, C - sink - recent);
     const std::string want = std::to_string(sink) + " sink + " + std::to_string(recent) +
                              " recent + " + std::to_string(C - sink - recent) + " heavy tokens";
     EXPECT_NE(h->describe().find(want), std::string::npos) << h->describe() << "\nwant " << want;
-    EXPECT_TRUE(h->per_head_tiers());
+    EXPECT_TRUE(r.per_head);
   }
 }
 
@@ -516,12 +519,13 @@ TEST(PolicyDefaults, FactoryErrors) {
   p = KvCacheParams();
   p.policy = "h2o";
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-  p.budget_bytes = int64_t(HeadKvCache::token_head_bytes(shape) * shape.n_kv_heads - 1);
+  const size_t m = size_t(2 * shape.head_dim * 2 + 4);  // one token of one head
+  p.budget_bytes = int64_t(m * shape.n_kv_heads - 1);
   made = make_kv_cache(shape, 100, p);
   ASSERT_FALSE(made.has_value());
   EXPECT_NE(made.error().find("budget"), std::string::npos) << made.error();
   // A given sink + local that fill the heads also leave no heavy hitter.
-  p.budget_bytes = int64_t(HeadKvCache::token_head_bytes(shape) * shape.n_kv_heads * 10);
+  p.budget_bytes = int64_t(m * shape.n_kv_heads * 10);
   p.sink = 4;
   p.local = 6;
   made = make_kv_cache(shape, 100, p);

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "core/f16.h"
+#include "kvcache/cache_peers.h"
+#include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/qevict_policy.h"
@@ -48,7 +50,7 @@ struct Driver {
       c.attend(l, q.data(), k.data(), v.data(), o.data(), pool);
       outs.push_back(o);
     }
-    c.commit();
+    EXPECT_TRUE(c.commit().is_ok());
     return outs;
   }
 };
@@ -71,25 +73,26 @@ TEST(TieredKvCache, BytesStayWithinBudgetAfterEveryRoutingEvent) {
       p.strict_ledger = strict;
       const int64_t n_ctx = 1200;
       auto c = make(d.shape, n_ctx, p);
-      auto* t = dynamic_cast<TieredKvCache*>(c.get());
-      ASSERT_NE(t, nullptr);
+      ASSERT_NE(c, nullptr);
       int64_t pos = 0;
       uint32_t seed = 1;
       for (int64_t chunk : {int64_t(300), int64_t(64), int64_t(200)}) {
         d.step(*c, chunk, pool, seed++);
         pos += chunk;
+        const KvReport r = report_of(*c);
         for (int l = 0; l < d.shape.n_layers; ++l)
-          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes())
+          ASSERT_LE(r.layers[l].bytes_budgeted, r.budget.total)
               << "after a prefill chunk at " << pos;
       }
       while (pos < n_ctx) {
         d.step(*c, 1, pool, seed++);
         ++pos;
+        const KvReport r = report_of(*c);
         for (int l = 0; l < d.shape.n_layers; ++l)
-          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes() + t->window_full_bytes())
+          ASSERT_LE(r.layers[l].bytes_budgeted, r.budget.total + r.budget.window_full)
               << "decode at " << pos << " (one window may age between routing events)";
       }
-      const TierStats s = t->stats();
+      const KvReport s = report_of(*c);
       EXPECT_GT(s.routing_events, 75);  // 3 chunks + 636 decode steps / Ω
       EXPECT_GT(s.layers[0].evictions, 0);
       if (q > 0.0 && q < 1.0) {
@@ -115,8 +118,7 @@ TEST(TieredKvCache, OtherWindowSizesKeepTheBudget) {
       p.window = window;
       p.q = q;
       auto c = make(d.shape, 500, p);
-      auto* t = dynamic_cast<TieredKvCache*>(c.get());
-      ASSERT_NE(t, nullptr);
+      ASSERT_NE(c, nullptr);
       int64_t pos = 0;
       uint32_t seed = 100;
       for (int64_t n : {int64_t(200), int64_t(1), int64_t(1), int64_t(150)}) {
@@ -124,11 +126,12 @@ TEST(TieredKvCache, OtherWindowSizesKeepTheBudget) {
         pos += n;
         for (const auto& o : outs)
           for (float x : o) ASSERT_TRUE(std::isfinite(x));
+        const KvReport r = report_of(*c);
         for (int l = 0; l < d.shape.n_layers; ++l)
-          ASSERT_LE(t->budgeted_bytes_in_use(l), t->budget_bytes() + t->window_full_bytes())
+          ASSERT_LE(r.layers[l].bytes_budgeted, r.budget.total + r.budget.window_full)
               << "window " << window << " q " << q << " at " << pos;
       }
-      EXPECT_GT(t->stats().layers[0].evictions, 0) << "window " << window;
+      EXPECT_GT(report_of(*c).layers[0].evictions, 0) << "window " << window;
     }
   }
 }
@@ -155,7 +158,7 @@ TEST(TieredKvCache, BudgetCoveringTheFullCacheMatchesFullKv) {
   // Same f16 keys/values; only the order of floating-point sums differs (8-token blocks vs
   // 256-token pages).
   EXPECT_LT(worst, 2e-6);
-  auto s = dynamic_cast<TieredKvCache*>(tiered.get())->stats();
+  const KvReport s = report_of(*tiered);
   EXPECT_EQ(s.layers[0].evictions, 0);
   EXPECT_EQ(s.layers[0].demotions, 0);
 }
@@ -166,25 +169,25 @@ TEST(TieredKvCache, LedgerCodesSurviveTenDemotePromoteCycles) {
   KvCacheParams p;
   p.policy = "qevict";
   p.budget_fraction = 2.0;  // nothing is routed away; we drive tiers by hand
-  auto c = make(d.shape, 200, p);
-  auto* t = dynamic_cast<TieredKvCache*>(c.get());
+  auto c = TieredKvCacheTestPeer::make(d.shape, 200, p);
+  TieredKvCacheTestPeer t(*c);
   d.step(*c, 120, pool, 3);
   const int32_t w = 2;
-  ASSERT_EQ(t->window_tier(0, w), Tier::kFull);
-  t->force_tier(0, w, Tier::kQuant);
-  const std::vector<uint8_t> codes = t->window_ledger(0, w);
+  ASSERT_EQ(t.store().window(0, w).tier, Tier::kFull);
+  ASSERT_TRUE(t.force_tier(0, w, Tier::kQuant).is_ok());
+  const std::vector<uint8_t> codes = t.ledger(0, w);
   ASSERT_FALSE(codes.empty());
   std::vector<uint16_t> first_promoted;
   for (int cycle = 0; cycle < 10; ++cycle) {
-    t->force_tier(0, w, Tier::kFull);
-    const auto keys = t->window_full_keys(0, w);
+    ASSERT_TRUE(t.force_tier(0, w, Tier::kFull).is_ok());
+    const auto keys = t.full_keys(0, w);
     if (cycle == 0) first_promoted = keys;
     EXPECT_EQ(keys, first_promoted) << "cycle " << cycle;
-    EXPECT_EQ(t->window_ledger(0, w), codes) << "ledger changed while promoted, cycle " << cycle;
-    t->force_tier(0, w, Tier::kQuant);
-    EXPECT_EQ(t->window_ledger(0, w), codes) << "cycle " << cycle;
+    EXPECT_EQ(t.ledger(0, w), codes) << "ledger changed while promoted, cycle " << cycle;
+    ASSERT_TRUE(t.force_tier(0, w, Tier::kQuant).is_ok());
+    EXPECT_EQ(t.ledger(0, w), codes) << "cycle " << cycle;
   }
-  EXPECT_EQ(t->stats().layers[0].quantizations, 1);
+  EXPECT_EQ(report_of(*c).layers[0].quantizations, 1);
 }
 
 TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
@@ -193,16 +196,16 @@ TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
   KvCacheParams p;
   p.policy = "qevict";
   p.budget_fraction = 2.0;
-  auto c = make(d.shape, 200, p);
-  auto* t = dynamic_cast<TieredKvCache*>(c.get());
+  auto c = TieredKvCacheTestPeer::make(d.shape, 200, p);
+  TieredKvCacheTestPeer t(*c);
   d.step(*c, 150, pool, 5);
   const int32_t w = 4;
-  const auto before = t->window_full_keys(0, w);  // post-RoPE f16 keys as stored
-  t->force_tier(0, w, Tier::kQuant);
-  t->force_tier(0, w, Tier::kFull);
-  const auto after = t->window_full_keys(0, w);
-  const auto ledger = t->window_ledger(0, w);
-  const QuantLayout& ql = t->quant_layout();
+  const auto before = t.full_keys(0, w);  // post-RoPE f16 keys as stored
+  ASSERT_TRUE(t.force_tier(0, w, Tier::kQuant).is_ok());
+  ASSERT_TRUE(t.force_tier(0, w, Tier::kFull).is_ok());
+  const auto after = t.full_keys(0, w);
+  const auto ledger = t.ledger(0, w);
+  const QuantLayout& ql = t.quant_layout();
   const int H = d.shape.n_kv_heads, D = d.shape.head_dim, W = 8;
   const int64_t pos0 = 5 + int64_t(w) * W;
   std::vector<float> c_(D / 2), s_(D / 2);
@@ -238,10 +241,16 @@ TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
 // --kv-score age ranks by attention per query token that has seen the window: an old window
 // with 3.0 over 300 steps (0.01/step) ranks below a young one with 0.5 over 10 (0.05/step).
 TEST(TieredKvCache, AgeNormalisedRankScore) {
-  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(3.0, 1000, 700, false), 3.0);
-  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(3.0, 1000, 700, true), 0.01);
-  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(0.5, 1000, 990, true), 0.05);
-  EXPECT_DOUBLE_EQ(TieredKvCache::rank_score(0.5, 1000, 1000, true), 0.5);  // never seen: /1
+  auto cand = [](double score, int64_t pos0) {
+    RoutingCandidate c;
+    c.score = score;
+    c.pos0 = pos0;
+    return c;
+  };
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kSum, cand(3.0, 700), 1000), 3.0);
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kAge, cand(3.0, 700), 1000), 0.01);
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kAge, cand(0.5, 990), 1000), 0.05);
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kAge, cand(0.5, 1000), 1000), 0.5);
   KvCacheParams p;
   p.policy = "qevict";
   p.budget_fraction = 0.2;
@@ -260,7 +269,6 @@ TEST(TieredKvCache, ScoresConserveOneUnitOfMassPerQueryToken) {
   p.policy = "qevict";
   p.budget_fraction = 2.0;
   auto c = make(d.shape, 400, p);
-  auto* t = dynamic_cast<TieredKvCache*>(c.get());
   int64_t tokens = 0;
   uint32_t seed = 9;
   for (int64_t n : {int64_t(50), int64_t(1), int64_t(1), int64_t(120), int64_t(1)}) {
@@ -269,7 +277,8 @@ TEST(TieredKvCache, ScoresConserveOneUnitOfMassPerQueryToken) {
   }
   // Σ_w S̄(w) + sink = Σ_τ Σ_h (1/H_q) Σ_i a = number of query tokens (nothing evicted).
   double total = 0;
-  for (int32_t w = 0; w < t->n_windows(0); ++w) total += t->window_score(0, w);
+  const KvReport rep = report_of(*c, ReportDetail::kTiers);
+  for (double x : rep.window_scores[0]) total += x;
   EXPECT_LE(total, double(tokens) + 1e-3);
   EXPECT_GT(total, 0.3 * double(tokens));  // the sink block holds the rest
 }
@@ -362,21 +371,26 @@ TEST(QEvictPolicy, MatchesBruteForceRule) {
   QEvictPolicy pol;
   for (int trial = 0; trial < 200; ++trial) {
     const int n = int(rng() % 40);
-    std::vector<RoutingCandidate> in(n);
+    RoutingRequest req;
+    auto& in = req.candidates;
+    in.resize(n);
     for (int i = 0; i < n; ++i) {
-      in[i].window = i * 3 + int(rng() % 3);
+      in[i].id = i * 3 + int(rng() % 3);
+      in[i].pos0 = 5 + int64_t(in[i].id) * 8;
       in[i].score = double(rng() % 7);  // many ties
       in[i].tier = Tier(rng() % 3);
     }
     std::shuffle(in.begin(), in.end(), rng);
-    RoutingBudget b;
+    RoutingBudget& b = req.budget;
+    req.n_past = 1000;
     b.window_full = 100;
     b.window_quant = 30;
     int kf = int(rng() % 10), kq = int(rng() % 15);
     b.full_bytes = size_t(kf) * 100 + rng() % 100;
     b.quant_bytes = size_t(kq) * 30 + rng() % 30;
-    std::vector<Tier> out;
-    pol.route(in, b, &out);
+    RoutingPlan plan;
+    pol.plan(req, &plan);
+    ASSERT_TRUE(check_plan(req, plan).is_ok()) << check_plan(req, plan).message();
     // Everything fits in F within the whole budget: all stay in F.
     if (size_t(n) * 100 <= b.full_bytes + b.quant_bytes) kf = n, kq = 0;
     std::vector<int> idx(n);
@@ -385,12 +399,12 @@ TEST(QEvictPolicy, MatchesBruteForceRule) {
       for (int j = i + 1; j < n; ++j) {
         const auto& a = in[idx[i]];
         const auto& c = in[idx[j]];
-        if (c.score > a.score || (c.score == a.score && c.window < a.window))
-          std::swap(idx[i], idx[j]);
+        if (c.score > a.score || (c.score == a.score && c.id < a.id)) std::swap(idx[i], idx[j]);
       }
     for (int r = 0; r < n; ++r) {
       const Tier want = r < kf ? Tier::kFull : r < kf + kq ? Tier::kQuant : Tier::kEvicted;
-      ASSERT_EQ(int(out[idx[r]]), int(want)) << "trial " << trial << " rank " << r;
+      ASSERT_EQ(plan.entries[idx[r]].id, in[idx[r]].id);
+      ASSERT_EQ(int(plan.entries[idx[r]].to), int(want)) << "trial " << trial << " rank " << r;
     }
   }
 }

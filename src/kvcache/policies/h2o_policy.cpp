@@ -5,13 +5,14 @@
 
 namespace qevict {
 
-void H2OPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingBudget& b,
-                      std::vector<Tier>* out) {
+void H2OPolicy::plan(const RoutingRequest& req, RoutingPlan* plan) {
+  const auto& in = req.candidates;
+  const RoutingBudget& b = req.budget;
   const size_t n = in.size();
   const size_t keep = b.window_full > 0 ? std::min(n, b.full_bytes / b.window_full) : n;
-  out->assign(n, Tier::kEvicted);
+  plan->reset(req);
   if (keep == n) {
-    out->assign(n, Tier::kFull);
+    for (size_t i = 0; i < n; ++i) plan->set(i, Tier::kFull);
     return;
   }
   order_.resize(n);
@@ -20,11 +21,11 @@ void H2OPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingBudg
   // depend on the partition algorithm even when positions repeat.
   const auto before = [&](int32_t a, int32_t c) {
     if (in[a].score != in[c].score) return in[a].score > in[c].score;
-    if (in[a].window != in[c].window) return in[a].window < in[c].window;
+    if (in[a].id != in[c].id) return in[a].id < in[c].id;
     return a < c;
   };
   std::nth_element(order_.begin(), order_.begin() + keep, order_.end(), before);
-  for (size_t r = 0; r < keep; ++r) (*out)[order_[r]] = Tier::kFull;
+  for (size_t r = 0; r < keep; ++r) plan->set(size_t(order_[r]), Tier::kFull);
 }
 
 }  // namespace qevict

@@ -10,9 +10,9 @@
 //  - Eviction runs at every decoding step (Ω = 1) and selections are made per attention head
 //    (each head keeps its own tokens).
 // This class is the rule only. The cache (HeadKvCache) supplies the per-head storage, the
-// recent window (L, set by the caller to half the budget), the optional sink (S; the paper has
+// recent window (L: half the budget by default, KvBudget), the optional sink (S; the paper has
 // none, S = 0 reproduces it) and the routing cadence, and hands over the tokens that left the
-// recent window as candidates: RoutingCandidate::window = token position, score = its
+// recent window as candidates: RoutingCandidate::id = token position, score = its
 // accumulated attention. The policy keeps the top floor(full_bytes / window_full) candidates by
 // score in Tier::kFull (ties: smaller position first) and evicts the rest; it never returns
 // Tier::kQuant (H2O has no low-bit tier).
@@ -24,11 +24,10 @@ namespace qevict {
 
 class H2OPolicy final : public RoutingPolicy {
  public:
-  // out[i] = kFull for the top floor(budget.full_bytes / budget.window_full) of `in` by
-  // (score desc, window asc), kEvicted otherwise. window_full == 0 keeps every candidate.
+  // kFull for the top floor(budget.full_bytes / budget.window_full) candidates by
+  // (score desc, id asc), kEvicted otherwise. window_full == 0 keeps every candidate.
   // O(n) (nth_element) in the number of candidates.
-  void route(const std::vector<RoutingCandidate>& in, const RoutingBudget& budget,
-             std::vector<Tier>* out) override;
+  void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "h2o"; }
 
  private:

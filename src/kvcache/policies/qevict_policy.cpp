@@ -5,13 +5,16 @@
 
 namespace qevict {
 
-void QEvictPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingBudget& b,
-                         std::vector<Tier>* out) {
+void QEvictPolicy::plan(const RoutingRequest& req, RoutingPlan* plan) {
+  const auto& in = req.candidates;
+  const RoutingBudget& b = req.budget;
+  rank_.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) rank_[i] = rank_score(mode_, in[i], req.n_past);
   order_.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) order_[i] = static_cast<int32_t>(i);
   std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t c) {
-    if (in[a].score != in[c].score) return in[a].score > in[c].score;
-    return in[a].window < in[c].window;  // deterministic: older first
+    if (rank_[a] != rank_[c]) return rank_[a] > rank_[c];
+    return in[a].id < in[c].id;  // deterministic: older first
   });
   // When every candidate fits in full precision within the whole history budget, nothing is
   // quantized or evicted: a budget that covers the full cache behaves as FullKV. (Eq. 3's
@@ -20,10 +23,11 @@ void QEvictPolicy::route(const std::vector<RoutingCandidate>& in, const RoutingB
   for (const auto& c : in)
     all_full += b.window_full + (b.strict_ledger && c.has_ledger ? b.window_quant : 0);
   if (all_full <= b.full_bytes + b.quant_bytes) {
-    out->assign(in.size(), Tier::kFull);
+    plan->reset(req);
+    for (size_t i = 0; i < in.size(); ++i) plan->set(i, Tier::kFull);
     return;
   }
-  fill_tiers_in_order(order_, in, b, out);
+  fill_tiers_in_order(order_, req, plan);
 }
 
 }  // namespace qevict

@@ -1,23 +1,40 @@
-// QEvict routing (paper Eq. 4–6, Algorithm 1; SPEC §4): sort candidates by score (ties:
+// QEvict routing (paper Eq. 4–6, Algorithm 1; SPEC §4): rank candidates by score (ties:
 // older window first), the top windows that fit the full tier's bytes go to F, the next
 // that fit the low-bit tier's bytes go to Q, the rest are evicted. With a zero low-bit
 // budget this is the two-tier (F + E) variant. One addition to the paper: when all
 // candidates fit in F within the whole history budget, all stay in F (so a budget that
 // covers the full cache is exactly FullKV's storage).
+//
+// The score a window is ranked by (SPEC §2):
+//   kSum  its cumulative score S̄(w) (Eq. 1), the paper's;
+//   kAge  S̄(w) divided by the query tokens that have seen it, n_past − pos0 (at least 1):
+//         the mean attention per step, SPEC §2's first fix for young-window bias.
 #pragma once
+
+#include <algorithm>
 
 #include "kvcache/policies/routing_policy.h"
 
 namespace qevict {
 
+enum class ScoreMode { kSum, kAge };
+
 class QEvictPolicy final : public RoutingPolicy {
  public:
-  void route(const std::vector<RoutingCandidate>& in, const RoutingBudget& budget,
-             std::vector<Tier>* out) override;
+  explicit QEvictPolicy(ScoreMode mode = ScoreMode::kSum) : mode_(mode) {}
+  void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "qevict"; }
 
+  // What a candidate is ranked by at position n_past.
+  static double rank_score(ScoreMode mode, const RoutingCandidate& c, int64_t n_past) {
+    return mode == ScoreMode::kAge ? c.score / double(std::max<int64_t>(1, n_past - c.pos0))
+                                   : c.score;
+  }
+
  private:
+  ScoreMode mode_;
   std::vector<int32_t> order_;  // reused: routing allocates nothing in steady state
+  std::vector<double> rank_;
 };
 
 }  // namespace qevict

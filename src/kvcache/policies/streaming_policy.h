@@ -4,7 +4,7 @@
 // newest windows that fit the full tier stay in F, the next newest that fit the low-bit
 // tier go to Q (0 bytes by default: the authors' method has no such tier), the rest are
 // evicted. The authors' defaults — 4 sink tokens, token granularity, eviction as soon as a
-// token leaves the window — are applied by apply_policy_defaults (params.h): S = 4, ω = 1,
+// token leaves the window — are its registry row's (kvcache/registry.cpp): S = 4, ω = 1,
 // Ω = 1, q = 0; the recent window is the cache's local region plus the F tier.
 #pragma once
 
@@ -14,8 +14,7 @@ namespace qevict {
 
 class StreamingPolicy final : public RoutingPolicy {
  public:
-  void route(const std::vector<RoutingCandidate>& in, const RoutingBudget& budget,
-             std::vector<Tier>* out) override;
+  void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "streaming"; }
 
  private:

@@ -1,0 +1,114 @@
+// compute_budget (see budget.h): the only place where budget bytes are derived.
+#include "kvcache/budget.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace qevict {
+
+RoutingBudget KvBudget::routing() const {
+  RoutingBudget r;
+  if (kind == CacheKind::kPerHead) {
+    r.full_bytes = size_t(std::max<int64_t>(head_heavy, 0)) * head_token_bytes;
+    r.window_full = head_token_bytes;
+    return r;
+  }
+  r.full_bytes = size_t(capacity_full) * window_full;
+  r.quant_bytes = size_t(capacity_quant) * window_quant;
+  r.window_full = window_full;
+  r.window_quant = window_quant;
+  r.strict_ledger = strict_ledger;
+  return r;
+}
+
+std::string KvBudget::describe() const {
+  switch (kind) {
+    case CacheKind::kFull:
+      return "no budget";
+    case CacheKind::kWindowed:
+      return fmt::format(
+          "budget {} B/layer = sink {} + local {} ({} windows) + history {} (K_f {} x M_f {} B, "
+          "K_q {} x M_q {} B)",
+          total, sink_bytes, local_bytes, local_windows, hist_bytes, capacity_full, window_full,
+          capacity_quant, window_quant);
+    case CacheKind::kPerHead:
+      return fmt::format(
+          "budget {} B/layer; per head {} tokens of {} B = {} sink + {} recent + {} heavy", total,
+          head_capacity, head_token_bytes, sink, local, head_heavy);
+  }
+  return "";
+}
+
+Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
+                                  const KvCacheParams& p) {
+  QEVICT_RETURN_IF_ERROR(shape.validate());
+  if (n_ctx <= 0) return Status::error("context size must be positive");
+  KvBudget b;
+  b.kind = kind;
+  b.token_bytes = shape.token_bytes();
+  if (kind == CacheKind::kFull) return b;
+  if (p.budget_fraction > 0.0 && p.budget_bytes > 0)
+    return Status::error(
+        "give the KV budget either as a fraction (--kv-budget) or in bytes (--kv-budget-bytes), "
+        "not both");
+  if (!(p.budget_fraction > 0.0) && p.budget_bytes <= 0)
+    return Status::error(fmt::format(
+        "the {} policy needs a budget: --kv-budget FRACTION or --kv-budget-bytes N", p.policy));
+  b.total = p.budget_bytes > 0
+                ? size_t(p.budget_bytes)
+                : size_t(std::floor(p.budget_fraction * double(n_ctx) * double(b.token_bytes)));
+  b.sink = p.sink;
+  b.window = p.window;
+  b.strict_ledger = p.strict_ledger;
+
+  if (kind == CacheKind::kPerHead) {
+    if (n_ctx > std::numeric_limits<int32_t>::max())
+      return Status::error(fmt::format("context size {} exceeds the int32 positions", n_ctx));
+    b.window = 1;
+    b.head_token_bytes = size_t(2) * shape.head_dim * sizeof(uint16_t) + sizeof(int32_t);
+    b.head_capacity = int64_t(b.total / size_t(shape.n_kv_heads) / b.head_token_bytes);
+    // H2O's default: the budget split equally between heavy hitters and recent tokens.
+    b.local = p.local >= 0 ? p.local : int(std::max<int64_t>(0, b.head_capacity - p.sink) / 2);
+    b.head_heavy = b.head_capacity - b.sink - b.local;
+    b.sink_bytes = size_t(b.sink) * b.head_token_bytes * shape.n_kv_heads;
+    b.local_bytes = size_t(b.local) * b.head_token_bytes * shape.n_kv_heads;
+    b.hist_bytes =
+        size_t(std::max<int64_t>(b.head_heavy, 0)) * b.head_token_bytes * size_t(shape.n_kv_heads);
+    if (b.head_heavy < 1)
+      return Status::error(fmt::format(
+          "budget too small for sink + recent: {} bytes per layer give each of the {} KV heads "
+          "{} tokens of {} B, but {} sink + {} recent tokens leave no room for a heavy hitter; "
+          "raise --kv-budget or lower --kv-sink/--kv-local",
+          b.total, shape.n_kv_heads, b.head_capacity, b.head_token_bytes, b.sink, b.local));
+    return b;
+  }
+
+  // Windowed.
+  QuantLayout ql{p.bits, shape.n_kv_heads, shape.head_dim, p.window, p.value_group};
+  QEVICT_RETURN_IF_ERROR(ql.validate());
+  if (shape.head_dim > 1024)
+    return Status::error("head_dim above 1024 is not supported by the low-bit tier");
+  b.local = p.local;
+  b.local_windows = (int64_t(p.local) + p.window - 1) / p.window + 1;
+  b.window_full = size_t(p.window) * b.token_bytes;
+  b.window_quant = ql.window_bytes();
+  b.sink_bytes = size_t(p.sink) * b.token_bytes;
+  b.local_bytes = size_t(b.local_windows) * b.window_full;
+  const size_t fixed = b.sink_bytes + b.local_bytes;
+  if (b.total <= fixed)
+    return Status::error(fmt::format(
+        "KV budget of {} bytes per layer does not cover the sink ({} tokens) and local region "
+        "({} tokens, {} windows of {}): they need {} bytes; raise --kv-budget or lower "
+        "--kv-sink/--kv-local",
+        b.total, p.sink, p.local, b.local_windows, p.window, fixed));
+  b.hist_bytes = b.total - fixed;
+  // Eq. 3: K_f = floor((1-q) B_hist / M_f), K_q = floor(q B_hist / M_q).
+  b.capacity_full = int64_t(std::floor((1.0 - p.q) * double(b.hist_bytes) / double(b.window_full)));
+  b.capacity_quant = int64_t(std::floor(p.q * double(b.hist_bytes) / double(b.window_quant)));
+  return b;
+}
+
+}  // namespace qevict

@@ -1,0 +1,76 @@
+// Every byte figure of a KV budget, computed once (SPEC §3, paper Eq. 3) and read by the
+// caches, the policies, stats, describe(), diagnostics and tests. Per layer:
+//   B_total = budget_bytes, or budget_fraction × the 16-bit cache of n_ctx tokens
+//   windowed caches (tiered):  B_sink = S tokens, B_local = ceil(L/ω)+1 windows of M_f,
+//     B_hist = B_total − B_sink − B_local,  K_f = ⌊(1−q) B_hist / M_f⌋,  K_q = ⌊q B_hist / M_q⌋
+//     M_f = one window's K|V in 16 bits,  M_q = one window in the low-bit ledger (codes +
+//     scales/zeros, QuantLayout::window_bytes)
+//   per-head token caches (H2O):  M = one token of one KV head (K + V + int32 position),
+//     C = ⌊B_total / n_kv_heads / M⌋ tokens per head = S sink + L recent + K heavy
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "kernels/kv_quant.h"
+#include "kvcache/params.h"
+#include "kvcache/shape.h"
+
+namespace qevict {
+
+// How a cache lays out its bytes; decides which figures a budget has.
+enum class CacheKind {
+  kFull,      // FullKV: no budget
+  kWindowed,  // sink + windows in F / Q / E + local region (TieredKvCache)
+  kPerHead,   // per-KV-head token sets (HeadKvCache)
+};
+
+// What a routing policy may keep, in bytes (a view of KvBudget for one routing event).
+struct RoutingBudget {
+  size_t full_bytes = 0;       // K_f · M_f (per-head caches: K · M)
+  size_t quant_bytes = 0;      // K_q · M_q
+  size_t window_full = 0;      // M_f (per-head caches: M)
+  size_t window_quant = 0;     // M_q
+  bool strict_ledger = false;  // a full window that keeps a ledger also pays M_q from full_bytes
+};
+
+struct KvBudget {
+  CacheKind kind = CacheKind::kFull;
+  // Geometry.
+  int sink = 0;               // S tokens
+  int local = 0;              // L tokens (per-head caches: the recent tokens, resolved from -1)
+  int window = 1;             // ω tokens
+  int64_t local_windows = 0;  // windows reserved for the local region: ceil(L/ω) + 1
+  // Bytes per layer.
+  size_t total = 0;        // B_total
+  size_t token_bytes = 0;  // one token's K and V for all KV heads in 16 bits
+  size_t sink_bytes = 0, local_bytes = 0, hist_bytes = 0;
+  size_t window_full = 0;                         // M_f
+  size_t window_quant = 0;                        // M_q, metadata included
+  int64_t capacity_full = 0, capacity_quant = 0;  // K_f, K_q
+  bool strict_ledger = false;
+  // Per-head token caches.
+  size_t head_token_bytes = 0;  // M
+  int64_t head_capacity = 0;    // C
+  int64_t head_heavy = 0;       // K = C − S − L
+
+  bool budgeted() const { return kind != CacheKind::kFull; }
+  // Windows whose every position has left the local region after n_past tokens: the
+  // candidates of a routing event.
+  int64_t aged_windows(int64_t n_past) const {
+    const int64_t n = n_past - local - sink;
+    return n > 0 ? n / window : 0;
+  }
+  RoutingBudget routing() const;
+  std::string describe() const;  // one line of the figures above
+};
+
+// Computes the budget of a cache of `kind` for at most n_ctx tokens, or says why the
+// params cannot make one (no budget given, budget below sink + local, ...). For kPerHead a
+// params.local of -1 means H2O's default: the recent window takes half of what the sink leaves.
+Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
+                                  const KvCacheParams& params);
+
+}  // namespace qevict

@@ -1,0 +1,41 @@
+// make_kv_cache (see factory.h).
+#include "kvcache/factory.h"
+
+#include "kvcache/budget.h"
+#include "kvcache/full_cache.h"
+#include "kvcache/head_cache.h"
+#include "kvcache/registry.h"
+#include "kvcache/routing_observer.h"
+#include "kvcache/tiered_cache.h"
+
+namespace qevict {
+
+Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, int64_t n_ctx,
+                                                         const KvCacheParams& p) {
+  QEVICT_RETURN_IF_ERROR(shape.validate());
+  QEVICT_RETURN_IF_ERROR(p.validate());
+  if (n_ctx <= 0) return Status::error("context size must be positive");
+  const PolicyInfo* row = find_policy(p.policy);  // validate() found it
+  auto budget = compute_budget(row->kind, shape, n_ctx, p);
+  if (!budget) return budget.status();
+  switch (row->kind) {
+    case CacheKind::kFull:
+      return std::unique_ptr<SequenceKvCache>(new FullKvCache(shape, n_ctx, p.dtype));
+    case CacheKind::kPerHead:
+      return std::unique_ptr<SequenceKvCache>(
+          new HeadKvCache(shape, n_ctx, p, *budget, row->make_policy(p)));
+    case CacheKind::kWindowed: {
+      std::unique_ptr<RoutingObserver> trace;
+      if (!p.trace_path.empty()) {
+        auto t = RoutingTrace::open(p.trace_path);
+        if (!t) return t.status();
+        trace = std::move(*t);
+      }
+      return std::unique_ptr<SequenceKvCache>(
+          new TieredKvCache(shape, n_ctx, p, *budget, row->make_policy(p), std::move(trace)));
+    }
+  }
+  return Status::error("unknown cache kind");
+}
+
+}  // namespace qevict

@@ -1,0 +1,18 @@
+// make_kv_cache: the one place a sequence cache is built — from the policy's registry row
+// (kvcache/registry.h), the budget (kvcache/budget.h) and the options.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "kvcache/kv_cache.h"
+#include "kvcache/params.h"
+
+namespace qevict {
+
+// Builds the cache for one sequence of at most n_ctx tokens; errors for invalid options, a
+// budget that cannot hold the policy's fixed regions, or an unwritable --kv-trace file.
+Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, int64_t n_ctx,
+                                                         const KvCacheParams& params);
+
+}  // namespace qevict

@@ -1,0 +1,121 @@
+// The built-in rows of the policy registry (see registry.h).
+#include "kvcache/registry.h"
+
+#include <fmt/format.h>
+
+#include "kvcache/policies/h2o_policy.h"
+#include "kvcache/policies/qevict_policy.h"
+#include "kvcache/policies/streaming_policy.h"
+
+namespace qevict {
+
+namespace {
+
+std::deque<PolicyInfo> built_ins() {
+  std::deque<PolicyInfo> rows;
+  {
+    PolicyInfo r;
+    r.name = "full";
+    r.summary = "FullKV: every token in f16/bf16 pages, no budget";
+    r.source = "the uncompressed reference";
+    r.kind = CacheKind::kFull;
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "qevict";
+    r.summary = "three tiers F / INT2 Q / E of ω-token windows, routed every Ω steps (QEvict)";
+    r.source = "arXiv 2608.05326 §4 (Eq. 1–6, Algorithm 1); defaults SPEC §1–5";
+    r.kind = CacheKind::kWindowed;
+    r.uses_score = true;
+    r.make_policy = [](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<QEvictPolicy>(p.score == "age" ? ScoreMode::kAge : ScoreMode::kSum);
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "streaming";
+    r.summary = "StreamingLLM: attention sinks + the most recent tokens";
+    r.source =
+        "Xiao et al., ICLR 2024; authors' defaults: 4 sink tokens, token level, evict every step";
+    r.kind = CacheKind::kWindowed;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      if (!given.sink) p->sink = 4;
+      if (!given.window) p->window = 1;
+      if (!given.route_every) p->route_every = 1;
+      if (!given.q) p->q = 0.0;
+      return Status::ok();
+    };
+    r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<StreamingPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "h2o";
+    r.summary = "H2O: per-head heavy hitters by accumulated attention + recent tokens";
+    r.source =
+        "Zhang et al., NeurIPS 2023; authors' defaults: no sink, half the budget recent, evict "
+        "every step, per head";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      if (given.window || given.q || given.bits)
+        return Status::error(
+            "--kv-window, --kv-q and --kv-bits do not apply to h2o (token level, full precision)");
+      if (!given.sink) p->sink = 0;
+      if (!given.route_every) p->route_every = 1;
+      if (!given.local) p->local = -1;  // half the budget (compute_budget)
+      p->window = 1;
+      p->q = 0.0;
+      return Status::ok();
+    };
+    r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<H2OPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::deque<PolicyInfo>& rows() {
+  static std::deque<PolicyInfo> r = built_ins();
+  return r;
+}
+
+}  // namespace
+
+const std::deque<PolicyInfo>& policy_registry() { return rows(); }
+
+const PolicyInfo* find_policy(const std::string& name) {
+  for (const auto& r : rows())
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::string policy_names(const std::string& sep) {
+  std::string s;
+  for (const auto& r : rows()) s += (s.empty() ? "" : sep) + r.name;
+  return s;
+}
+
+Status register_policy(PolicyInfo row) {
+  if (row.name.empty()) return Status::error("a policy needs a name");
+  if (find_policy(row.name))
+    return Status::error(fmt::format("KV policy '{}' is registered already", row.name));
+  if (row.kind != CacheKind::kFull && !row.make_policy)
+    return Status::error(fmt::format("KV policy '{}' has no routing rule", row.name));
+  rows().push_back(std::move(row));
+  return Status::ok();
+}
+
+Status apply_policy_defaults(KvCacheParams* p, const KvParamsGiven& given) {
+  const PolicyInfo* row = find_policy(p->policy);
+  if (!row)
+    return Status::error(
+        fmt::format("unknown KV policy '{}' (known: {})", p->policy, policy_names(", ")));
+  return row->apply_defaults ? row->apply_defaults(p, given) : Status::ok();
+}
+
+}  // namespace qevict

@@ -1,0 +1,59 @@
+// What a cache reports about itself, for --kv-stats, bench, diagnostics and tests: one
+// plain struct filled by SequenceKvCache::report(), so that nothing outside kvcache/ needs
+// to know which cache class it holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvcache/budget.h"
+#include "kvcache/tier.h"
+
+namespace qevict {
+
+struct KvLayerReport {
+  // Windows (per-head caches: tokens, all KV heads) by tier now.
+  int64_t windows_full = 0, windows_quant = 0, windows_evicted = 0, windows_local = 0;
+  // Moves so far.
+  int64_t promotions = 0, demotions = 0, evictions = 0, quantizations = 0;
+  int64_t evicted_at_first_routing = 0;  // young-window evictions (SPEC §8)
+  int64_t aged = 0;                      // windows that left the local region
+  // Bytes in use by tier, and what the process holds for the layer.
+  size_t bytes_sink = 0, bytes_full = 0, bytes_quant = 0;
+  size_t bytes_ledger_of_full = 0;  // ledger entries held by windows now in F
+  size_t bytes_budgeted = 0;        // what counts against B_total (sink + F + Q [+ ledger])
+  size_t bytes_allocated = 0;       // pools + sink
+};
+
+enum class ReportDetail {
+  kSummary,  // counts, bytes, times
+  kTiers,    // also the tier of every position and the score of every window
+};
+
+struct KvReport {
+  std::string policy;     // registry name ("full", "qevict", ...)
+  std::string describe;   // one line
+  KvBudget budget;        // kind kFull: no budget
+  size_t bytes_held = 0;  // everything the cache object holds (pools, tables, scratch)
+  int64_t routing_events = 0;
+  double route_seconds = 0.0;         // all routing events
+  double route_seconds_decode = 0.0;  // routing triggered by decode steps
+  double quantize_seconds = 0.0, promote_seconds = 0.0;
+  std::vector<KvLayerReport> layers;
+
+  // ReportDetail::kTiers only.
+  bool per_head = false;  // units are (layer, KV head) instead of layers
+  int unit_tokens = 1;    // tokens per window (per-head caches: 1)
+  // [unit][position]: kLocal for the sink and the local region (never routed), kFull /
+  // kQuant / kEvicted for routed history. unit = layer, or layer · n_kv_heads + head.
+  std::vector<std::vector<Tier>> position_tiers;
+  // [layer][window] cumulative scores (windowed caches).
+  std::vector<std::vector<double>> window_scores;
+
+  // Sum of the per-layer figures; bytes_budgeted is the worst layer's.
+  KvLayerReport total() const;
+};
+
+}  // namespace qevict

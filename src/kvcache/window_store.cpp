@@ -1,0 +1,325 @@
+// WindowStore (see window_store.h).
+#include "kvcache/window_store.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+namespace qevict {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+WindowStore::WindowStore(const KvShape& shape, const KvBudget& budget, const QuantLayout& ql,
+                         HalfType dtype, const RopeTable* rope)
+    : shape_(shape), budget_(budget), ql_(ql), dtype_(dtype), rope_(rope) {
+  const int H = shape_.n_kv_heads, d = shape_.head_dim;
+  layers_.resize(size_t(shape_.n_layers));
+  for (auto& L : layers_) {
+    L.sink_k.assign(size_t(H) * budget_.sink * d, 0);
+    L.sink_v.assign(size_t(H) * budget_.sink * d, 0);
+    L.fpool = SlotPool(budget_.window_full);
+    L.qpool = SlotPool(budget_.window_quant);
+  }
+}
+
+uint16_t* WindowStore::f_k(Layer& L, int32_t slot, int h) const {
+  return reinterpret_cast<uint16_t*>(L.fpool.at(slot)) +
+         size_t(h) * budget_.window * shape_.head_dim;
+}
+uint16_t* WindowStore::f_v(Layer& L, int32_t slot, int h) const {
+  return reinterpret_cast<uint16_t*>(L.fpool.at(slot)) +
+         size_t(shape_.n_kv_heads + h) * budget_.window * shape_.head_dim;
+}
+const uint16_t* WindowStore::f_k(const Layer& L, int32_t slot, int h) const {
+  return reinterpret_cast<const uint16_t*>(L.fpool.at(slot)) +
+         size_t(h) * budget_.window * shape_.head_dim;
+}
+const uint16_t* WindowStore::f_v(const Layer& L, int32_t slot, int h) const {
+  return reinterpret_cast<const uint16_t*>(L.fpool.at(slot)) +
+         size_t(shape_.n_kv_heads + h) * budget_.window * shape_.head_dim;
+}
+
+void WindowStore::store_token(int layer, int64_t pos, const float* k, const float* v) {
+  Layer& L = layers_[layer];
+  const int H = shape_.n_kv_heads, d = shape_.head_dim, S = budget_.sink, W = budget_.window;
+  if (pos < S) {
+    for (int h = 0; h < H; ++h) {
+      f32_to_half(dtype_, k + h * d, L.sink_k.data() + (size_t(h) * S + pos) * d, d);
+      f32_to_half(dtype_, v + h * d, L.sink_v.data() + (size_t(h) * S + pos) * d, d);
+    }
+    return;
+  }
+  const int64_t w = (pos - S) / W, o = (pos - S) % W;
+  if (w == int64_t(L.windows.size())) {
+    Window nw;
+    nw.f_slot = L.fpool.acquire();
+    L.windows.push_back(nw);
+  }
+  Window& win = L.windows[size_t(w)];
+  for (int h = 0; h < H; ++h) {
+    f32_to_half(dtype_, k + h * d, f_k(L, win.f_slot, h) + o * d, d);
+    f32_to_half(dtype_, v + h * d, f_v(L, win.f_slot, h) + o * d, d);
+  }
+  win.n = static_cast<int32_t>(o + 1);
+}
+
+void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlockRef>* blocks,
+                                   std::vector<int32_t>* block_window) const {
+  const Layer& L = layers_[layer];
+  const int H = shape_.n_kv_heads, d = shape_.head_dim, S = budget_.sink;
+  block_window->clear();
+  if (S > 0) block_window->push_back(-1);
+  for (int32_t id = 0; id < int32_t(L.windows.size()); ++id)
+    if (L.windows[id].tier != Tier::kEvicted) block_window->push_back(id);
+  const int nb = int(block_window->size());
+  blocks->resize(size_t(H) * nb);
+  for (int h = 0; h < H; ++h) {
+    for (int b = 0; b < nb; ++b) {
+      KvBlockRef& r = (*blocks)[size_t(h) * nb + b];
+      const int32_t id = (*block_window)[b];
+      r = KvBlockRef();
+      if (id < 0) {
+        r.pos0 = 0;
+        r.n = int32_t(std::min<int64_t>(S, total));
+        r.k = L.sink_k.data() + size_t(h) * S * d;
+        r.v = L.sink_v.data() + size_t(h) * S * d;
+        r.ld = d;
+        continue;
+      }
+      const Window& w = L.windows[id];
+      r.pos0 = S + int64_t(id) * budget_.window;
+      r.n = w.n;
+      if (w.f_slot >= 0) {
+        r.k = f_k(L, w.f_slot, h);
+        r.v = f_v(L, w.f_slot, h);
+        r.ld = d;
+      } else {
+        r.qwin = L.qpool.at(w.q_slot);
+      }
+    }
+  }
+}
+
+void WindowStore::add_score(int layer, int32_t id, double mass) {
+  Layer& L = layers_[layer];
+  if (id >= 0) L.windows[id].score += mass;
+}
+
+void WindowStore::candidates(int layer, int64_t n_past, RoutingRequest* req) const {
+  const Layer& L = layers_[layer];
+  const int64_t aged = std::min<int64_t>(budget_.aged_windows(n_past), int64_t(L.windows.size()));
+  req->n_past = n_past;
+  req->budget = budget_.routing();
+  req->candidates.clear();
+  for (int32_t id = 0; id < aged; ++id) {
+    const Window& w = L.windows[id];
+    if (w.tier == Tier::kEvicted) continue;
+    req->candidates.push_back(
+        {id, budget_.sink + int64_t(id) * budget_.window, w.score, w.tier, w.q_slot >= 0});
+  }
+}
+
+Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPlan& plan) {
+  Layer& L = layers_[layer];
+  QEVICT_RETURN_IF_ERROR(check_plan(req, plan));
+  for (const PlanEntry& e : plan.entries) {
+    if (e.id < 0 || e.id >= int32_t(L.windows.size()))
+      return Status::error(
+          fmt::format("routing plan names window {} of {}", e.id, L.windows.size()));
+    if (L.windows[e.id].tier == Tier::kEvicted && e.to != Tier::kEvicted)
+      return Status::error(fmt::format("routing plan revives evicted window {}", e.id));
+  }
+  // Evictions free slots first, demotions then free F slots as they take ledger slots,
+  // promotions come last: the store never holds more than the budget in between.
+  for (int pass = 0; pass < 3; ++pass) {
+    for (const PlanEntry& e : plan.entries) {
+      Window& w = L.windows[e.id];
+      if (pass == 0 && e.to == Tier::kEvicted) {
+        if (w.tier == Tier::kEvicted) continue;
+        if (!w.routed) ++L.counters.evicted_at_first_routing;
+        evict(L, w);
+      } else if (pass == 1 && e.to == Tier::kQuant) {
+        if (w.tier != Tier::kQuant) demote(L, w, e.id);
+      } else if (pass == 2 && e.to == Tier::kFull) {
+        if (w.tier == Tier::kQuant) promote(L, w, e.id);
+        w.tier = Tier::kFull;
+      }
+    }
+  }
+  for (const PlanEntry& e : plan.entries) {
+    Window& w = L.windows[e.id];
+    if (!w.routed) ++L.counters.aged;
+    w.routed = true;
+  }
+  compact(L);
+  return Status::ok();
+}
+
+void WindowStore::demote(Layer& L, Window& w, int32_t id) {
+  if (w.q_slot < 0) {
+    // First demotion: invert RoPE on the 16-bit keys and quantize (once per window, ever).
+    auto t0 = Clock::now();
+    const int H = shape_.n_kv_heads, d = shape_.head_dim, W = budget_.window;
+    thread_local std::vector<float> kp, vp;
+    kp.assign(size_t(W) * H * d, 0.0f);
+    vp.assign(size_t(W) * H * d, 0.0f);
+    const int64_t pos0 = budget_.sink + int64_t(id) * W;
+    for (int h = 0; h < H; ++h) {
+      for (int t = 0; t < w.n; ++t) {
+        float* kr = kp.data() + (size_t(t) * H + h) * d;
+        half_to_f32(dtype_, f_k(L, w.f_slot, h) + size_t(t) * d, kr, d);
+        rope_apply(rope_->params(), rope_->cos_at(pos0 + t), rope_->sin_at(pos0 + t), kr, 1, d, d,
+                   /*inverse=*/true);
+        half_to_f32(dtype_, f_v(L, w.f_slot, h) + size_t(t) * d,
+                    vp.data() + (size_t(t) * H + h) * d, d);
+      }
+    }
+    w.q_slot = L.qpool.acquire();
+    quantize_window(ql_, kp.data(), vp.data(), w.n, L.qpool.at(w.q_slot));
+    ++L.counters.quantizations;
+    quant_s_ += since(t0);
+  }
+  if (w.f_slot >= 0) {
+    L.fpool.release(w.f_slot);
+    w.f_slot = -1;
+  }
+  w.tier = Tier::kQuant;
+  ++L.counters.demotions;
+}
+
+void WindowStore::promote(Layer& L, Window& w, int32_t id) {
+  // Rebuild the full-precision copy from the ledger: dequantize, re-apply RoPE at the
+  // original positions. The ledger entry stays, so a later demotion reuses its codes.
+  auto t0 = Clock::now();
+  const int H = shape_.n_kv_heads, d = shape_.head_dim, W = budget_.window;
+  thread_local std::vector<float> kb, vb;
+  kb.resize(size_t(W) * d);
+  vb.resize(size_t(W) * d);
+  w.f_slot = L.fpool.acquire();
+  const int64_t pos0 = budget_.sink + int64_t(id) * W;
+  for (int h = 0; h < H; ++h) {
+    dequantize_window_head(ql_, L.qpool.at(w.q_slot), h, w.n, kb.data(), vb.data());
+    for (int t = 0; t < w.n; ++t)
+      rope_apply(rope_->params(), rope_->cos_at(pos0 + t), rope_->sin_at(pos0 + t),
+                 kb.data() + size_t(t) * d, 1, d, d);
+    f32_to_half(dtype_, kb.data(), f_k(L, w.f_slot, h), int64_t(w.n) * d);
+    f32_to_half(dtype_, vb.data(), f_v(L, w.f_slot, h), int64_t(w.n) * d);
+  }
+  w.tier = Tier::kFull;
+  ++L.counters.promotions;
+  promote_s_ += since(t0);
+}
+
+void WindowStore::evict(Layer& L, Window& w) {
+  if (w.f_slot >= 0) L.fpool.release(w.f_slot);
+  if (w.q_slot >= 0) L.qpool.release(w.q_slot);
+  w.f_slot = w.q_slot = -1;
+  w.tier = Tier::kEvicted;
+  ++L.counters.evictions;
+}
+
+void WindowStore::compact(Layer& L) {
+  // Give memory back when a tier shrank by a whole pool chunk (e.g. after the early phase
+  // in which every window fit in F), so held bytes follow the budget, not its peak.
+  auto remap = [&](SlotPool& pool, bool full) {
+    const auto moves = pool.compact();
+    if (moves.empty()) return;
+    for (Window& w : L.windows) {
+      int32_t& slot = full ? w.f_slot : w.q_slot;
+      if (slot < 0) continue;
+      for (const auto& [from, to] : moves)
+        if (slot == from) {
+          slot = to;
+          break;
+        }
+    }
+  };
+  remap(L.fpool, true);
+  remap(L.qpool, false);
+}
+
+void WindowStore::clear() {
+  for (auto& L : layers_) {
+    L.windows.clear();
+    L.fpool.reset();
+    L.qpool.reset();
+    L.counters = KvLayerReport();
+  }
+  quant_s_ = promote_s_ = 0.0;
+}
+
+const uint8_t* WindowStore::ledger(int layer, int32_t id) const {
+  const Layer& L = layers_[layer];
+  const Window& w = L.windows[id];
+  return w.q_slot >= 0 ? L.qpool.at(w.q_slot) : nullptr;
+}
+
+const uint16_t* WindowStore::full_keys(int layer, int32_t id) const {
+  const Layer& L = layers_[layer];
+  const Window& w = L.windows[id];
+  return w.f_slot >= 0 ? f_k(L, w.f_slot, 0) : nullptr;
+}
+
+size_t WindowStore::budgeted_bytes_in_use(int layer) const {
+  const Layer& L = layers_[layer];
+  size_t b = (L.sink_k.size() + L.sink_v.size()) * sizeof(uint16_t) + L.fpool.bytes_in_use();
+  for (const Window& w : L.windows) {
+    if (w.tier == Tier::kQuant) b += budget_.window_quant;
+    if (w.tier == Tier::kFull && w.q_slot >= 0 && budget_.strict_ledger) b += budget_.window_quant;
+  }
+  return b;
+}
+
+size_t WindowStore::bytes_allocated() const {
+  size_t b = 0;
+  for (const Layer& L : layers_)
+    b += (L.sink_k.capacity() + L.sink_v.capacity()) * sizeof(uint16_t) +
+         L.fpool.bytes_allocated() + L.qpool.bytes_allocated() +
+         L.windows.capacity() * sizeof(Window);
+  return b;
+}
+
+KvLayerReport WindowStore::layer_report(int layer) const {
+  const Layer& L = layers_[layer];
+  KvLayerReport r = L.counters;
+  for (const Window& w : L.windows) {
+    switch (w.tier) {
+      case Tier::kLocal:
+        ++r.windows_local;
+        break;
+      case Tier::kFull:
+        ++r.windows_full;
+        break;
+      case Tier::kQuant:
+        ++r.windows_quant;
+        break;
+      case Tier::kEvicted:
+        ++r.windows_evicted;
+        break;
+    }
+    if (w.tier == Tier::kFull && w.q_slot >= 0) r.bytes_ledger_of_full += budget_.window_quant;
+  }
+  r.bytes_sink = (L.sink_k.size() + L.sink_v.size()) * sizeof(uint16_t);
+  r.bytes_full = L.fpool.bytes_in_use();
+  r.bytes_quant = L.qpool.bytes_in_use() - r.bytes_ledger_of_full;
+  r.bytes_budgeted = budgeted_bytes_in_use(layer);
+  r.bytes_allocated = r.bytes_sink + L.fpool.bytes_allocated() + L.qpool.bytes_allocated();
+  return r;
+}
+
+void WindowStore::position_tiers(int layer, int64_t n_past, std::vector<Tier>* out) const {
+  const Layer& L = layers_[layer];
+  const int S = budget_.sink, W = budget_.window;
+  out->assign(size_t(n_past), Tier::kLocal);  // sink, and any position without a window
+  for (int64_t p = S; p < n_past; ++p) {
+    const int64_t w = (p - S) / W;
+    if (w < int64_t(L.windows.size())) (*out)[size_t(p)] = L.windows[size_t(w)].tier;
+  }
+}
+
+}  // namespace qevict

@@ -1,0 +1,106 @@
+// The tiered cache's storage (SPEC §1, §5), per layer:
+//   sink   positions [0, S)                  f16/bf16, never routed
+//   windows every ω tokens after the sink, ids stable; each in one of
+//     local  the newest (full precision, not routed until it ages)
+//     F      full precision: a slot of `fpool`, K|V [n_kv_heads][ω][head_dim] post-RoPE
+//     Q      the low-bit ledger: a slot of `qpool` (QuantLayout, keys pre-RoPE)
+//     E      evicted: nothing held
+// The store decides nothing: it gives the attention loop its blocks and the policy its
+// candidates, and applies a RoutingPlan after checking it against the budget — evictions
+// first, then demotions (quantize once, keep the ledger), then promotions (decode, re-apply
+// RoPE, keep the ledger), so it never holds more than the budget in between. It gives pool
+// memory back when a tier shrinks by a whole chunk.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/kv_quant.h"
+#include "kernels/rope.h"
+#include "kvcache/budget.h"
+#include "kvcache/policies/routing_policy.h"
+#include "kvcache/report.h"
+#include "kvcache/shape.h"
+#include "kvcache/slot_pool.h"
+
+namespace qevict {
+
+class WindowStore {
+ public:
+  struct Window {
+    Tier tier = Tier::kLocal;
+    int32_t f_slot = -1;  // full-precision slot (local or F)
+    int32_t q_slot = -1;  // ledger entry (Q, or F after promotion)
+    int32_t n = 0;        // tokens written
+    double score = 0.0;   // cumulative attention mass S̄ (Eq. 1)
+    bool routed = false;  // has been through at least one routing event since aging
+  };
+
+  // `rope` re-rotates keys on demotion/promotion; it must cover every stored position.
+  WindowStore(const KvShape& shape, const KvBudget& budget, const QuantLayout& ql, HalfType dtype,
+              const RopeTable* rope);
+
+  // Writes one token's keys/values (f32 [n_kv_heads][head_dim] each) at position pos.
+  void store_token(int layer, int64_t pos, const float* k, const float* v);
+
+  // The attention blocks of every KV head over the sink and every kept window, in position
+  // order: blocks [n_kv_heads][nb], block_window[b] = window id (-1: sink). `total` = tokens
+  // written so far including the current call.
+  void attention_blocks(int layer, int64_t total, std::vector<KvBlockRef>* blocks,
+                        std::vector<int32_t>* block_window) const;
+  // Adds attention mass to a window's score (id -1: the sink).
+  void add_score(int layer, int32_t id, double mass);
+
+  // The candidates of a routing event at n_past: aged windows not yet evicted, oldest first.
+  void candidates(int layer, int64_t n_past, RoutingRequest* req) const;
+  // Checks `plan` (an answer to `req`) against the budget and applies it; on error nothing
+  // changed.
+  Status apply(int layer, const RoutingRequest& req, const RoutingPlan& plan);
+
+  void clear();
+
+  int32_t n_windows(int layer) const { return int32_t(layers_[layer].windows.size()); }
+  const Window& window(int layer, int32_t id) const { return layers_[layer].windows[id]; }
+  // The ledger bytes of a window (null without one), M_q bytes.
+  const uint8_t* ledger(int layer, int32_t id) const;
+  // Post-RoPE 16-bit keys of a window in F or local, [n_kv_heads][ω][head_dim]; null otherwise.
+  const uint16_t* full_keys(int layer, int32_t id) const;
+
+  // Bytes that count against B_total (sink + F + Q; ledger copies of promoted windows only in
+  // strict mode).
+  size_t budgeted_bytes_in_use(int layer) const;
+  size_t bytes_allocated() const;  // pools, sinks, window tables
+  // Counts and bytes of one layer; tiers [position] when `tiers` is given.
+  KvLayerReport layer_report(int layer) const;
+  void position_tiers(int layer, int64_t n_past, std::vector<Tier>* out) const;
+  double quantize_seconds() const { return quant_s_; }
+  double promote_seconds() const { return promote_s_; }
+
+ private:
+  struct Layer {
+    std::vector<uint16_t> sink_k, sink_v;  // half [n_kv_heads][S][head_dim]
+    std::vector<Window> windows;
+    SlotPool fpool, qpool;   // K|V windows; ledger
+    KvLayerReport counters;  // moves so far (the counts by tier are filled on report)
+  };
+
+  uint16_t* f_k(Layer& L, int32_t slot, int h) const;
+  uint16_t* f_v(Layer& L, int32_t slot, int h) const;
+  const uint16_t* f_k(const Layer& L, int32_t slot, int h) const;
+  const uint16_t* f_v(const Layer& L, int32_t slot, int h) const;
+  void demote(Layer& L, Window& w, int32_t id);
+  void promote(Layer& L, Window& w, int32_t id);
+  void evict(Layer& L, Window& w);
+  void compact(Layer& L);
+
+  KvShape shape_;
+  KvBudget budget_;
+  QuantLayout ql_;
+  HalfType dtype_;
+  const RopeTable* rope_;
+  std::vector<Layer> layers_;
+  double quant_s_ = 0.0, promote_s_ = 0.0;
+};
+
+}  // namespace qevict
