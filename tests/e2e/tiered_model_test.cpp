@@ -12,6 +12,8 @@
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/params.h"
+#include "kvcache/policies/routing_policy.h"
+#include "kvcache/registry.h"
 #include "model/model.h"
 
 namespace qevict {
@@ -83,6 +85,48 @@ TEST_F(TieredModel, SmallBudgetRoutesAndStaysWithinBudget) {
   EXPECT_GT(s.layers[0].windows_quant, 0);
   EXPECT_GT(s.layers[0].windows_evicted, 0);
   EXPECT_GT(s.routing_events, 20);
+}
+
+// A policy added by a test alone (one class, one registry row) runs the real model through
+// the same factory, store and attention loop as the built-in ones.
+class KeepNewestFirstPolicy final : public RoutingPolicy {
+ public:
+  void plan(const RoutingRequest& req, RoutingPlan* plan) override {
+    order_.resize(req.candidates.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = int32_t(order_.size() - 1 - i);
+    fill_tiers_in_order(order_, req, plan);  // candidates come oldest first
+  }
+  std::string name() const override { return "test-recency"; }
+
+ private:
+  std::vector<int32_t> order_;
+};
+
+TEST_F(TieredModel, APolicyRegisteredByATestRunsTheModel) {
+  PolicyInfo row;
+  row.name = "test-recency";
+  row.summary = "test only: newest windows first";
+  row.source = "tests/e2e/tiered_model_test.cpp";
+  row.kind = CacheKind::kWindowed;
+  row.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
+    return std::make_unique<KeepNewestFirstPolicy>();
+  };
+  ASSERT_TRUE(register_policy(row).is_ok());
+  KvCacheParams p;
+  p.policy = "test-recency";
+  p.budget_fraction = 0.25;
+  const int64_t n = 300;
+  auto c = make_kv_cache(model_->kv_shape(), n, p);
+  ASSERT_TRUE(c.has_value()) << c.error();
+  const auto logits = run(**c, n, 256);
+  for (float z : logits) ASSERT_TRUE(std::isfinite(z));
+  KvReport r;
+  (*c)->report(&r);
+  EXPECT_NE(r.describe.find("test-recency"), std::string::npos) << r.describe;
+  EXPECT_GT(r.layers[0].windows_quant, 0);
+  EXPECT_GT(r.layers[0].windows_evicted, 0);
+  for (int l = 0; l < model_->config().n_layers; ++l)
+    EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total + r.budget.window_full);
 }
 
 }  // namespace
