@@ -27,8 +27,6 @@ Status DiagnoseOptions::validate() const {
   if (prefill < 1) return Status::error("--prefill must be at least 1 token");
   if (gen < 1) return Status::error("--gen must be at least 1 step");
   if (chunk < 1) return Status::error("the prefill chunk must be at least 1 token");
-  if (budget_bytes <= 0 && !(budget > 0.0))
-    return Status::error("give a budget: --kv-budget FRACTION or --kv-budget-bytes N");
   if (variants.empty()) return Status::error("no variants to run (--variants)");
   for (size_t i = 0; i < variants.size(); ++i)
     for (size_t j = 0; j < i; ++j)

@@ -15,13 +15,7 @@ Status KvCacheParams::validate() const {
     return Status::error(
         fmt::format("unknown KV policy '{}' (known: {})", policy, policy_names(", ")));
   if (row->kind == CacheKind::kFull) return Status::ok();
-  if (budget_fraction > 0.0 && budget_bytes > 0)
-    return Status::error(
-        "give the KV budget either as a fraction (--kv-budget) or in bytes (--kv-budget-bytes), "
-        "not both");
-  if (!(budget_fraction > 0.0) && budget_bytes <= 0)
-    return Status::error(fmt::format(
-        "the {} policy needs a budget: --kv-budget FRACTION or --kv-budget-bytes N", policy));
+  // Whether a budget was given (and only one form) is compute_budget's check (budget.cpp).
   if (budget_fraction < 0.0 || std::isnan(budget_fraction))
     return Status::error("--kv-budget must be positive");
   if (!(q >= 0.0 && q <= 1.0))
