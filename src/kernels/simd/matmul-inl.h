@@ -186,6 +186,64 @@ struct DecQ4_1 {
   }
 };
 
+// Fifth bits of elements [e, e + kLanes) of a Q5_0/Q5_1 block (bit e + l of the
+// little-endian u32 qh, for lane l), moved to bit 4 of each u32 lane.
+HWY_INLINE hn::Vec<DU32> Q5HighBits(uint32_t qh, size_t e) {
+  const DU32 du;
+  // (qh >> e) << 4 keeps the bits lanes need (e + l < 32, so l < 32 - e; the shift drops
+  // only bits 28.. of qh >> e, and l <= 15).
+  const auto v = hn::Set(du, (qh >> e) << 4);
+  return hn::And(v >> hn::Iota(du, 0), hn::Set(du, 16));
+}
+
+// Q5_0: f16 d | u8 qh[4] | u8 qs[16]; q = nibble (as Q4_0) | fifth bit << 4 (bit e of qh);
+// x = (q - 16) * d, computed as q * d + (-16 d): every term is exact (5 x 11 bits), so the
+// one rounding gives the same float as the reference.
+struct DecQ5_0 {
+  static constexpr size_t kElems = 32;
+  static constexpr size_t kBytes = 22;
+  static constexpr size_t kScales = 1;
+  static constexpr size_t kScaleAt[1] = {0};
+  VF d, offset;
+  uint32_t qh;
+  HWY_INLINE void Begin(const uint8_t* blk, const float* sc) {
+    d = hn::Set(DF(), sc[0]);
+    offset = hn::Set(DF(), -16.0f * sc[0]);
+    std::memcpy(&qh, blk + 2, 4);
+  }
+  HWY_INLINE VF Get(const uint8_t* blk, size_t i) const {
+    const DU32 du;
+    const size_t e = i * kLanes;
+    const auto bytes = LoadBytesU32(blk + 6 + e % 16);
+    const auto lo = e >= 16 ? hn::ShiftRight<4>(bytes) : hn::And(bytes, hn::Set(du, 0xF));
+    const auto q = hn::Or(lo, Q5HighBits(qh, e));
+    return hn::MulAdd(hn::ConvertTo(DF(), hn::BitCast(DI32(), q)), d, offset);
+  }
+};
+
+// Q5_1: f16 d | f16 m | u8 qh[4] | u8 qs[16]; q as Q5_0; x = q * d + m.
+struct DecQ5_1 {
+  static constexpr size_t kElems = 32;
+  static constexpr size_t kBytes = 24;
+  static constexpr size_t kScales = 2;
+  static constexpr size_t kScaleAt[2] = {0, 2};
+  VF d, m;
+  uint32_t qh;
+  HWY_INLINE void Begin(const uint8_t* blk, const float* sc) {
+    d = hn::Set(DF(), sc[0]);
+    m = hn::Set(DF(), sc[1]);
+    std::memcpy(&qh, blk + 4, 4);
+  }
+  HWY_INLINE VF Get(const uint8_t* blk, size_t i) const {
+    const DU32 du;
+    const size_t e = i * kLanes;
+    const auto bytes = LoadBytesU32(blk + 8 + e % 16);
+    const auto lo = e >= 16 ? hn::ShiftRight<4>(bytes) : hn::And(bytes, hn::Set(du, 0xF));
+    const auto q = hn::Or(lo, Q5HighBits(qh, e));
+    return hn::MulAdd(hn::ConvertTo(DF(), hn::BitCast(DI32(), q)), d, m);
+  }
+};
+
 // Q8_0: f16 d | i8 qs[32]; x = q * d.
 struct DecQ8_0 {
   static constexpr size_t kElems = 32;
@@ -506,7 +564,8 @@ void Run(const Job& j) {
   });
 }
 
-// Types without a SIMD decoder: the scalar reference dequantizer, then the F32 tiles.
+// Types without a SIMD decoder (none today; a safety net for types added to ref/ first):
+// the scalar reference dequantizer, then the F32 tiles.
 inline void RunViaRef(const Job& j, GgmlType type) {
   ForTokenBlocks(j, [type](const Job& part) {
     RunDecoded(part, [&part, type](const uint8_t* w, size_t n_rows, size_t stride, float* out) {
@@ -541,6 +600,10 @@ inline void MatmulImpl(const WeightView& w, const float* x, int64_t ldx, int64_t
       return Run<DecQ4_0>(j);
     case GgmlType::kQ4_1:
       return Run<DecQ4_1>(j);
+    case GgmlType::kQ5_0:
+      return Run<DecQ5_0>(j);
+    case GgmlType::kQ5_1:
+      return Run<DecQ5_1>(j);
     case GgmlType::kQ8_0:
       return Run<DecQ8_0>(j);
     case GgmlType::kQ4_K:
