@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh Debian 12 machine: installs the Debian packages the build
-# needs (when missing), configures and builds qevict (Release, build/), fetches the model.
-# Prints the model path on its last line. Safe to run again.
+# needs (when missing), configures and builds qevict (Release, build/), fetches the models
+# (the default SmolLM2 and the second family's Qwen2.5-Coder-0.5B, for the e2e tests).
+# Prints the default model's path on its last line. Safe to run again.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -23,4 +24,5 @@ fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build build -j"$jobs" >&2
+tools/fetch_model.sh qwen2.5-coder-0.5b >&2
 tools/fetch_model.sh

@@ -9,6 +9,9 @@ start=$(date +%s)
 
 model=$(tools/setup.sh | tail -n1)
 export QEVICT_TEST_MODEL="$model"
+# The second model family (qwen2), fetched by setup.sh: its golden e2e tests.
+QEVICT_TEST_MODEL_QWEN=$(tools/fetch_model.sh qwen2.5-coder-0.5b | tail -n1)
+export QEVICT_TEST_MODEL_QWEN
 jobs=$(nproc 2>/dev/null || echo 2)
 
 if command -v clang-format >/dev/null 2>&1; then

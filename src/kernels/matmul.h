@@ -36,9 +36,9 @@ Status check_weight_view(const WeightView& w);
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
             int64_t ldy, int64_t row_begin, int64_t row_end);
 
-// Types with a dedicated SIMD kernel (F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K). Other
-// dequantizable types (Q5_0, Q5_1) are decoded row by row with the scalar dequantizer and
-// then use the F32 kernel.
+// Types with a dedicated SIMD kernel: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+// Q6_K, i.e. every type ref::can_dequantize accepts. (A type added to the reference but not
+// here would be decoded row by row with the scalar dequantizer, then use the F32 kernel.)
 bool matmul_supported(GgmlType t);
 
 }  // namespace qevict

@@ -224,19 +224,22 @@ TEST_P(MatmulTest, F16) { sweep(GgmlType::kF16, GetParam()); }
 TEST_P(MatmulTest, BF16) { sweep(GgmlType::kBF16, GetParam()); }
 TEST_P(MatmulTest, Q4_0) { sweep(GgmlType::kQ4_0, GetParam()); }
 TEST_P(MatmulTest, Q4_1) { sweep(GgmlType::kQ4_1, GetParam()); }
-TEST_P(MatmulTest, Q5_0ViaRef) { sweep(GgmlType::kQ5_0, GetParam()); }
-TEST_P(MatmulTest, Q5_1ViaRef) { sweep(GgmlType::kQ5_1, GetParam()); }
+TEST_P(MatmulTest, Q5_0) { sweep(GgmlType::kQ5_0, GetParam()); }
+TEST_P(MatmulTest, Q5_1) { sweep(GgmlType::kQ5_1, GetParam()); }
 TEST_P(MatmulTest, Q8_0) { sweep(GgmlType::kQ8_0, GetParam()); }
 TEST_P(MatmulTest, Q4_K) { sweep(GgmlType::kQ4_K, GetParam()); }
 TEST_P(MatmulTest, Q6_K) { sweep(GgmlType::kQ6_K, GetParam()); }
 
-// The shapes of SmolLM2-135M's linear layers (K x rows), a few rows each, at decode and
-// prefill token counts.
+// The reduction lengths and weight types of the linear layers of SmolLM2-135M (Q4_1, Q8_0
+// at K = 576, 1536) and Qwen2.5-Coder-0.5B Q4_K_M (Q5_0, Q8_0 at K = 896; Q4_K, Q6_K at
+// K = 4864), a few rows each, at decode and prefill token counts.
 TEST_P(MatmulTest, ModelShapes) {
   const struct {
     GgmlType type;
     int64_t n_cols;
-  } cases[] = {{GgmlType::kQ4_1, 576}, {GgmlType::kQ4_1, 1536}, {GgmlType::kQ8_0, 576}};
+  } cases[] = {{GgmlType::kQ4_1, 576}, {GgmlType::kQ4_1, 1536}, {GgmlType::kQ8_0, 576},
+               {GgmlType::kQ5_0, 896}, {GgmlType::kQ8_0, 896},  {GgmlType::kQ4_K, 4864},
+               {GgmlType::kQ6_K, 4864}};
   uint32_t seed = 99;
   for (const auto& c : cases) {
     for (int64_t t : {1, 4, 64}) check_matmul(c.type, Shape{c.n_cols, 21, t}, GetParam(), ++seed);
@@ -246,9 +249,9 @@ TEST_P(MatmulTest, ModelShapes) {
 // Rows long enough to need several batches of scale conversion inside a tile, and token
 // counts that the prefill path splits into several blocks (X blocks are sized for L2).
 TEST_P(MatmulTest, LongRows) {
-  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
-                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_1,
-                            GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
+                            GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+                            GgmlType::kQ4_K, GgmlType::kQ6_K};
   uint32_t seed = 500;
   for (GgmlType type : types) {
     const int64_t be = ggml_type_info(type)->block_elems;
@@ -302,12 +305,19 @@ TEST_P(MatmulTest, OneHotTokensReproduceWeightsExactly) {
 }
 
 TEST(Matmul, SupportedTypes) {
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_0,
-                     GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType t :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_0, GgmlType::kQ4_1,
+        GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     EXPECT_TRUE(matmul_supported(t)) << static_cast<int>(t);
   }
-  EXPECT_FALSE(matmul_supported(GgmlType::kQ5_0));
   EXPECT_FALSE(matmul_supported(GgmlType::kQ2_K));
+  // Every type the scalar reference can decode has a SIMD kernel (no silent slow path).
+  for (int t = 0; t < 40; ++t) {
+    const auto type = static_cast<GgmlType>(t);
+    if (ref::can_dequantize(type)) {
+      EXPECT_TRUE(matmul_supported(type)) << t;
+    }
+  }
 }
 
 TEST(Matmul, CheckWeightView) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A plain float64 NumPy forward pass of a llama-architecture GGUF model: the third,
+"""A plain float64 NumPy forward pass of a llama- or qwen2-architecture GGUF model: the third,
 slowest and most literal implementation in our chain of trust (qevict ↔ llama.cpp ↔ this).
-Weights are dequantized with gguf-py; every operation is in float64, no KV cache.
+Weights are dequantized with gguf-py; every operation is in float64, no KV cache. qwen2
+differs from llama by Q/K/V biases and NeoX RoPE (llama.cpp's LLM_ARCH_QWEN2).
 
     $python tools/golden/reference_forward.py MODEL.gguf TOKENS.json N OUT.npy
 
@@ -23,8 +24,9 @@ def main():
     r = GGUFReader(path)
     meta = {f.name: f.contents() for f in r.fields.values() if not f.name.startswith("tokenizer.")}
     arch = meta["general.architecture"]
-    if arch != "llama":
-        sys.exit(f"only the llama architecture is implemented here, not {arch}")
+    if arch not in ("llama", "qwen2"):
+        sys.exit(f"only the llama and qwen2 architectures are implemented here, not {arch}")
+    neox = arch == "qwen2"
     E = meta[f"{arch}.embedding_length"]
     H = meta[f"{arch}.attention.head_count"]
     Hk = meta.get(f"{arch}.attention.head_count_kv", H)
@@ -49,24 +51,32 @@ def main():
     def rms(v, w):
         return v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * w
 
-    # RoPE, GGUF llama layout: rotate adjacent pairs (2i, 2i+1) by pos * base^(-2i/D).
+    # RoPE by pos * base^(-2i/D) on pair i: GGUF llama layout rotates adjacent pairs
+    # (2i, 2i+1); NeoX (qwen2) rotates (i, i + D/2).
     ang = np.arange(n)[:, None] * base ** (-np.arange(0, D, 2) / D)[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
     def rope(v):
+        if neox:
+            a, b = v[..., : D // 2], v[..., D // 2 :]
+            return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
         a, b = v[..., 0::2], v[..., 1::2]
         o = np.empty_like(v)
         o[..., 0::2] = a * cos - b * sin
         o[..., 1::2] = a * sin + b * cos
         return o
 
+    def linear(h, name):  # h @ W.T (+ bias when the model has one)
+        y = h @ get(name + ".weight").T
+        return y + get(name + ".bias") if name + ".bias" in tensors else y
+
     mask = np.triu(np.full((n, n), -np.inf), 1)
     for layer in range(L):
         p = f"blk.{layer}."
         h = rms(x, get(p + "attn_norm.weight"))
-        q = rope((h @ get(p + "attn_q.weight").T).reshape(n, H, D))
-        k = rope((h @ get(p + "attn_k.weight").T).reshape(n, Hk, D))
-        v = (h @ get(p + "attn_v.weight").T).reshape(n, Hk, D)
+        q = rope(linear(h, p + "attn_q").reshape(n, H, D))
+        k = rope(linear(h, p + "attn_k").reshape(n, Hk, D))
+        v = linear(h, p + "attn_v").reshape(n, Hk, D)
         att = np.zeros((n, H, D))
         for hh in range(H):
             kh = hh // (H // Hk)

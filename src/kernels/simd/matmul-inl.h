@@ -69,9 +69,13 @@ constexpr size_t kPrefillRows = 3, kPrefillTokens = 3;
 // (prefill); below it, blocks are decoded into registers per token tile (decode).
 constexpr size_t kPrefillMinTokens = 2 * kDecodeTokens;
 
-// Software prefetch distance along each weight row in the register-tile kernel; the
-// hardware prefetchers alone leave DRAM-sized matrices latency-bound.
-constexpr size_t kPrefetchBytes = 1024;
+// Software prefetch in the register-tile kernel: the hardware prefetchers alone leave
+// DRAM-sized matrices latency-bound. A tile of kR rows prefetches, for each block it reads,
+// the same block of the next tile (kR * row_bytes further on: the rows of a matrix are
+// consecutive), so the next tile's bytes are on their way for a whole tile's work, and its
+// scale conversion (which touches every cache line of its rows first) does not stall.
+// Rows of short matrices are consumed in a fraction of a microsecond, so a fixed distance
+// along the row (the previous scheme, 1 KiB) was too short for them.
 
 // ------------------------------------------------------------------------------------------
 // Helpers
@@ -183,6 +187,69 @@ struct DecQ4_1 {
   HWY_INLINE VF Get(const uint8_t* blk, size_t i) const {
     const size_t e = i * kLanes;
     return hn::MulAdd(LoadNibbles(blk + 4 + e % 16, e >= 16), d, m);
+  }
+};
+
+// Fifth bits of elements [e, e + kLanes) of a Q5_0/Q5_1 block (bit e + l of the
+// little-endian u32 qh, for lane l) as a lane mask: on AVX-512 one mask-register load,
+// cheaper than moving the bits into the lanes with shifts (elsewhere Highway emulates it).
+HWY_INLINE hn::Mask<DF> Q5HighBits(uint32_t qh, size_t e) {
+  const uint64_t bits = static_cast<uint64_t>(qh >> e);  // LoadMaskBits reads <= 8 bytes
+  uint8_t bytes[8];
+  std::memcpy(bytes, &bits, 8);
+  return hn::LoadMaskBits(DF(), bytes);
+}
+
+// The low four bits of elements [e, e + kLanes) of a Q4_0/Q4_1/Q5_0/Q5_1 block whose
+// nibbles start at qs (element j < 16: low nibble of qs[j], j + 16: its high nibble).
+HWY_INLINE hn::Vec<DI32> LowNibbles(const uint8_t* qs, size_t e) {
+  const DU32 du;
+  const auto bytes = LoadBytesU32(qs + e % 16);
+  return hn::BitCast(DI32(), e >= 16 ? hn::ShiftRight<4>(bytes) : hn::And(bytes, hn::Set(du, 0xF)));
+}
+
+// Q5_0: f16 d | u8 qh[4] | u8 qs[16]; q = nibble (as Q4_0) | fifth bit << 4 (bit e of qh);
+// x = (q - 16) * d, computed as nibble * d + (fifth bit ? 0 : -16 d): both terms are
+// multiples of d below 32 |d| (5 x 11 bits), so the sum is exact and the one rounding gives
+// the reference's float.
+struct DecQ5_0 {
+  static constexpr size_t kElems = 32;
+  static constexpr size_t kBytes = 22;
+  static constexpr size_t kScales = 1;
+  static constexpr size_t kScaleAt[1] = {0};
+  VF d, offset;
+  uint32_t qh;
+  HWY_INLINE void Begin(const uint8_t* blk, const float* sc) {
+    d = hn::Set(DF(), sc[0]);
+    offset = hn::Set(DF(), -16.0f * sc[0]);
+    std::memcpy(&qh, blk + 2, 4);
+  }
+  HWY_INLINE VF Get(const uint8_t* blk, size_t i) const {
+    const size_t e = i * kLanes;
+    const VF lo = hn::ConvertTo(DF(), LowNibbles(blk + 6, e));
+    return hn::MulAdd(lo, d, hn::IfThenZeroElse(Q5HighBits(qh, e), offset));
+  }
+};
+
+// Q5_1: f16 d | f16 m | u8 qh[4] | u8 qs[16]; q as Q5_0; x = q * d + m (q * d exact, one
+// rounding, as the reference).
+struct DecQ5_1 {
+  static constexpr size_t kElems = 32;
+  static constexpr size_t kBytes = 24;
+  static constexpr size_t kScales = 2;
+  static constexpr size_t kScaleAt[2] = {0, 2};
+  VF d, m;
+  uint32_t qh;
+  HWY_INLINE void Begin(const uint8_t* blk, const float* sc) {
+    d = hn::Set(DF(), sc[0]);
+    m = hn::Set(DF(), sc[1]);
+    std::memcpy(&qh, blk + 4, 4);
+  }
+  HWY_INLINE VF Get(const uint8_t* blk, size_t i) const {
+    const size_t e = i * kLanes;
+    const VF lo = hn::ConvertTo(DF(), LowNibbles(blk + 8, e));
+    const VF q = hn::Add(lo, hn::IfThenElseZero(Q5HighBits(qh, e), hn::Set(DF(), 16.0f)));
+    return hn::MulAdd(q, d, m);
   }
 };
 
@@ -299,7 +366,7 @@ HWY_INLINE void AccumulateBlock(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
     blk[r] = w + r * row_bytes + b * Dec::kBytes;
     // Integer arithmetic: the address may lie past the end of W (a prefetch never faults).
     hwy::Prefetch(
-        reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk[r]) + kPrefetchBytes));
+        reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk[r]) + kR * row_bytes));
     dec[r].Begin(blk[r], sc + r * sc_stride);
   }
   const float* xb = x + b * Dec::kElems;
@@ -506,7 +573,8 @@ void Run(const Job& j) {
   });
 }
 
-// Types without a SIMD decoder: the scalar reference dequantizer, then the F32 tiles.
+// Types without a SIMD decoder (none today; a safety net for types added to ref/ first):
+// the scalar reference dequantizer, then the F32 tiles.
 inline void RunViaRef(const Job& j, GgmlType type) {
   ForTokenBlocks(j, [type](const Job& part) {
     RunDecoded(part, [&part, type](const uint8_t* w, size_t n_rows, size_t stride, float* out) {
@@ -541,6 +609,10 @@ inline void MatmulImpl(const WeightView& w, const float* x, int64_t ldx, int64_t
       return Run<DecQ4_0>(j);
     case GgmlType::kQ4_1:
       return Run<DecQ4_1>(j);
+    case GgmlType::kQ5_0:
+      return Run<DecQ5_0>(j);
+    case GgmlType::kQ5_1:
+      return Run<DecQ5_1>(j);
     case GgmlType::kQ8_0:
       return Run<DecQ8_0>(j);
     case GgmlType::kQ4_K:
