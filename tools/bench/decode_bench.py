@@ -17,6 +17,10 @@ What is measured, for both engines (same GGUF, same --threads, no warm-up run):
   decode   --n-decode one-token steps on top of a P-token context (qevict bench's decode
            after its prefill; llama-bench -p 0 -n N -d P, whose depth fill is untimed).
 qevict's decode tokens are greedy (argmax), llama-bench's are random ids: same work per step.
+Run it on a quiet machine: llama.cpp's CPU threads (OpenMP, GGML_OPENMP is on by default) spin
+at every barrier, so when other processes compete for the cores its figures collapse far more
+than qevict's (a smoke run on a loaded 2-core machine gave 0.8 decode tok/s at depth 4,096).
+--llama-args passes extra flags to every llama-bench call.
 
 Bytes read per decode token (every row; an estimate of the traffic a step must stream):
   weights  the GGUF's tensor bytes (gguf-py), without token_embd when the model has a
@@ -150,7 +154,7 @@ def run_qevict(a, cfg, depth, facts):
 def llama_bench(a, kv_type, extra, what):
     cmd = [os.path.join(a.llama_bin, "llama-bench"), "-m", a.model, "-t", str(a.threads), "-fa", "1",
            "-ctk", kv_type, "-ctv", kv_type, "-b", str(a.batch), "-ub", str(a.batch), "-r", "1",
-           "--no-warmup", "-o", "json"] + extra
+           "--no-warmup", "-o", "json"] + a.llama_args.split() + extra
     out, _, secs = run(cmd, f"llama-bench ({what})")
     tests = json.loads(out)
     if len(tests) != 1:
@@ -192,6 +196,7 @@ def main():
     ap.add_argument("--batch", type=int, default=512, help="prefill chunk (qevict -b, llama-bench -b/-ub)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--llama-args", default="", help="extra llama-bench flags for every llama.cpp run")
     ap.add_argument("--membw-mib", type=int, default=1024, help="qevict-membw buffer (MiB)")
     ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"),
                     help="qevict's prompt tokens (llama-bench uses random ids)")
