@@ -19,7 +19,9 @@ What is measured, for both engines (same GGUF, same --threads, no warm-up run):
 qevict's decode tokens are greedy (argmax), llama-bench's are random ids: same work per step.
 Run it on a quiet machine: llama.cpp's CPU threads (OpenMP, GGML_OPENMP is on by default) spin
 at every barrier, so when other processes compete for the cores its figures collapse far more
-than qevict's (a smoke run on a loaded 2-core machine gave 0.8 decode tok/s at depth 4,096).
+than qevict's (on a 2-core machine at load average ~5.8: 0.35-1.4 decode tok/s at depth 512
+with the default wait policy, 17-19 with OMP_WAIT_POLICY=passive). The 1-minute load average
+is recorded with every run and summarised in the output; a warning is printed above 0.5.
 --llama-args passes extra flags to every llama-bench call.
 
 Bytes read per decode token (every row; an estimate of the traffic a step must stream):
@@ -219,6 +221,9 @@ def main():
     facts = model_facts(a.model)
     os.makedirs(a.out_dir, exist_ok=True)
 
+    if os.getloadavg()[0] > 0.5:
+        log(f"decode_bench: WARNING: load average {os.getloadavg()[0]:.2f} before the first run; other "
+            "processes will distort the figures (llama.cpp's far more than qevict's)")
     runs = {(c, d): [] for d in depths for c in configs}
     membw = []
     t_start = time.time()
@@ -257,7 +262,8 @@ def main():
             x[f"decode_{key}"] = x["decode_tok_s"] / b["decode_tok_s"] if b else None
             x[f"prefill_{key}"] = x["prefill_tok_s"] / b["prefill_tok_s"] if b else None
 
-    md = render_markdown(a, rows, facts, membw, bw, configs, depths)
+    loads = [x["loadavg_1min"] for rs in runs.values() for x in rs]
+    md = render_markdown(a, rows, facts, membw, bw, configs, loads)
     print(md)
     llama_info = next((x["llama_bench"] for rs in runs.values() for x in rs if "llama_bench" in x), None)
     meta = {"command": " ".join(sys.argv), "label": a.label,
@@ -293,7 +299,7 @@ def git_commit():
         return None
 
 
-def render_markdown(a, rows, facts, membw, bw, configs, depths):
+def render_markdown(a, rows, facts, membw, bw, configs, loads):
     order = sorted(rows, key=lambda x: (x["depth"], configs.index(x["config"])))
     L = []
     if a.label:
@@ -301,6 +307,9 @@ def render_markdown(a, rows, facts, membw, bw, configs, depths):
     L += [f"Model {facts['file']} ({facts['name']}), {a.threads} threads, prefill in chunks of {a.batch} on an "
           f"empty cache, then {a.n_decode} one-token decode steps at each depth; median of {a.reps} "
           f"rep(s), rows alternating. llama.cpp = native llama-bench (flash attention on, -ctk/-ctv as named).",
+          "",
+          f"1-minute load average after each run: {min(loads):.2f} to {max(loads):.2f} (about the thread count on a quiet machine, the bench itself; "
+          "more, and llama.cpp's spinning threads lose far more than qevict's).",
           "",
           "| depth | engine / KV | prefill tok/s | decode tok/s | decode vs llama.cpp f16 | decode vs qevict FullKV "
           "| prefill vs llama.cpp f16 | prefill vs qevict FullKV |",
