@@ -15,7 +15,7 @@ namespace qevict {
 
 // KV head h's keys of tokens [0, n) of a window, decoded (pre-RoPE) and rotated by R(t),
 // t the token's offset in the window: k f32 [n][ldk] (head_dim used per row). Needs
-// L.window <= RopeTable::kLevelRows and rope.head_dim() == L.head_dim.
+// rope.head_dim() == L.head_dim and L.window <= rope.limit().
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                float* k, int64_t ldk);
 

@@ -81,17 +81,16 @@ TEST_P(LowbitDecode, MatchesScalarReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, LowbitDecode,
-                         ::testing::Values(LbShape{2, 64, 8, 0, 64, RopeStyle::kNormal},
-                                           LbShape{4, 64, 8, 0, 64, RopeStyle::kNormal},
-                                           LbShape{2, 64, 8, 0, 64, RopeStyle::kNeox},
-                                           LbShape{4, 128, 32, 32, 128, RopeStyle::kNeox},
-                                           LbShape{2, 40, 8, 0, 40, RopeStyle::kNormal},
-                                           LbShape{4, 72, 8, 8, 72, RopeStyle::kNormal},
-                                           LbShape{2, 72, 1, 0, 48, RopeStyle::kNormal},
-                                           LbShape{4, 40, 32, 4, 40, RopeStyle::kNeox},
-                                           LbShape{2, 8, 8, 4, 8, RopeStyle::kNormal},
-                                           LbShape{4, 16, 2, 0, 8, RopeStyle::kNeox}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LowbitDecode,
+    ::testing::Values(
+        LbShape{2, 64, 8, 0, 64, RopeStyle::kNormal}, LbShape{4, 64, 8, 0, 64, RopeStyle::kNormal},
+        LbShape{2, 64, 8, 0, 64, RopeStyle::kNeox}, LbShape{4, 128, 32, 32, 128, RopeStyle::kNeox},
+        LbShape{2, 40, 8, 0, 40, RopeStyle::kNormal}, LbShape{4, 72, 8, 8, 72, RopeStyle::kNormal},
+        LbShape{2, 72, 1, 0, 48, RopeStyle::kNormal}, LbShape{4, 40, 32, 4, 40, RopeStyle::kNeox},
+        LbShape{2, 8, 8, 4, 8, RopeStyle::kNormal},
+        LbShape{2, 16, 300, 0, 16, RopeStyle::kNormal},  // ω > one table level
+        LbShape{4, 16, 2, 0, 8, RopeStyle::kNeox}));
 
 // rope_rows with the table's expanded rows against double angles, forward and inverse.
 TEST(RopeRows, MatchesDoubleAnglesBothWays) {

@@ -96,11 +96,11 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
   const int d = L.head_dim, W = L.window, bits = L.bits;
-  assert(W <= RopeTable::kLevelRows && rope.head_dim() == d && d <= 1024);
+  assert(rope.head_dim() == d && d <= 1024 && W <= rope.limit());
   const size_t row_bytes = size_t(d) * bits / 8;
   const auto* ks = reinterpret_cast<const uint16_t*>(win + L.k_scale_off()) + size_t(h) * d;
   const auto* kz = reinterpret_cast<const uint16_t*>(win + L.k_zero_off()) + size_t(h) * d;
-  HWY_ALIGN float s[1024], z[1024], pre[1024];
+  HWY_ALIGN float s[1024], z[1024], pre[1024], cwide[1024], swide[1024];
   {
     const hl::Rebind<hwy::float16_t, LbTag> dh;
     int c = 0;
@@ -120,6 +120,11 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
     const uint8_t* row = win + L.k_codes_off() + (size_t(h) * W + t) * row_bytes;
     const float* cx = rope.cosx_row(t);
     const float* sx = rope.sinx_row(t);
+    if (t >= RopeTable::kLevelRows) {  // windows longer than one level (ω > 256): compose
+      rope.expanded(t, cwide, swide);
+      cx = cwide;
+      sx = swide;
+    }
     float* out = k + t * ldk;
     if (fused) {
       // Decode and rotate in registers: the pair partner is the adjacent lane.
