@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/lowbit.h"
+
 namespace qevict {
 
 void attn_state_init(float* state, int group, int head_dim) {
@@ -78,10 +80,11 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                              int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
                              float* block_ml, int64_t ml_stride) {
   const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
-  thread_local std::vector<float> scores, kbuf, vbuf;
+  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot;
   thread_local std::vector<int> off;
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
+  if (qrot.size() < size_t(g) * d) qrot.resize(size_t(g) * d);
   int64_t tok_base = 0;  // tokens of the runs before this one (token_ml units)
   for (int b0 = 0; b0 < n_blocks;) {
     // Form a run [b0, b1) and its spans.
@@ -101,20 +104,21 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
     }
     if (scores.size() < size_t(g) * run) scores.resize(size_t(g) * run);
     const int R = run;
-    // Decode the run's low-bit windows once for all queries: keys (pre-RoPE) rotated to
-    // their positions, values as they are.
+    // Decode the run's low-bit windows once for all queries (SIMD, kernels/lowbit.h): keys
+    // rotated by their in-window RoPE R(t), values as they are; and each window's R(p0),
+    // which the queries carry instead (q·R(p0 + t)k = (R(p0)ᵀq)·(R(t)k)).
     if (kbuf.size() < size_t(R) * d) kbuf.resize(size_t(R) * d), vbuf.resize(size_t(R) * d);
+    if (rot.size() < size_t(b1 - b0) * 2 * d) rot.resize(size_t(b1 - b0) * 2 * d);
     for (int b = b0; b < b1; ++b) {
       const KvBlockRef& blk = blocks[b];
       if (blk.k) continue;
       const int n_max = visible(blk, qpos0 + nq - 1);
       if (n_max <= 0) continue;
-      float* kb = kbuf.data() + size_t(off[b - b0]) * d;
-      float* vb = vbuf.data() + size_t(off[b - b0]) * d;
-      dequantize_window_head(*p.qlayout, blk.qwin, p.kv_head, n_max, kb, vb);
-      for (int t = 0; t < n_max; ++t)
-        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t),
-                   kb + size_t(t) * d, 1, d, d);
+      const size_t o = size_t(off[b - b0]) * d;
+      qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, kbuf.data() + o, d);
+      qwin_values(*p.qlayout, blk.qwin, p.kv_head, n_max, vbuf.data() + o, d);
+      float* cs = rot.data() + size_t(b - b0) * 2 * d;
+      p.rope->expanded(blk.pos0, cs, cs + d);
     }
     for (int i = 0; i < nq; ++i) {
       const float* qi = q + i * ldq;
@@ -129,11 +133,19 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         if (n > 0) {
           any = true;
           const KvBlockRef& blk = blocks[sp.b];
-          if (blk.k)
+          if (blk.k) {
             qk_scores(p.dtype, qi, d, g, blk.k, blk.ld, n, d, p.scale, scores.data() + o, R);
-          else
-            qk_scores_f32(qi, d, g, kbuf.data() + size_t(o) * d, d, n, d, p.scale,
-                          scores.data() + o, R);
+          } else {
+            // Window by window: each has its own R(p0) for the query.
+            for (int b = sp.b, ob = o; b < sp.e && ob < o + n; ob += blocks[b].n, ++b) {
+              const int nb = std::min(blocks[b].n, o + n - ob);
+              const float* cs = rot.data() + size_t(b - b0) * 2 * d;
+              rope_rows(p.rope->params(), d, cs, cs + d, /*inverse=*/true, qi, d, g, qrot.data(),
+                        d);
+              qk_scores_f32(qrot.data(), d, g, kbuf.data() + size_t(ob) * d, d, nb, d, p.scale,
+                            scores.data() + ob, R);
+            }
+          }
         }
         for (int h = 0; h < g; ++h)
           for (int j = n; j < sp.n; ++j) scores[size_t(h) * R + o + j] = kMasked;

@@ -1,8 +1,10 @@
 // Fused attention over mixed-tier KV blocks with per-block probability mass (SPEC §6).
 // For one query token and one KV head's group of query heads, one pass over the blocks:
 // 16-bit blocks (sink, full-tier windows, local tokens, current chunk) are read directly;
-// low-bit windows are decoded into an L1-sized scratch (dequantize, re-apply RoPE at the
-// stored positions) and used at once — nothing is materialized for the whole cache. Online
+// low-bit windows are decoded with SIMD (kernels/lowbit.h) into a per-run scratch of at most
+// 256 tokens, keys rotated only by their in-window RoPE R(t) while the query carries each
+// window's R(p0)ᵀ — nothing is materialized for the whole cache and no table grows with
+// the positions. Online
 // softmax keeps, per head, the running (m, l, o) and, per block, the block's own (m_b, l_b),
 // so each block's probability mass comes out at the end without a second pass:
 //   mass_b = l_b · exp(m_b − M) / L   with the global max M and denominator L.
@@ -41,7 +43,7 @@ struct FusedAttnParams {
   float scale = 1.0f;                    // 1/sqrt(head_dim)
   int kv_head = 0;                       // which head of a quantized window to decode
   const QuantLayout* qlayout = nullptr;  // for low-bit blocks
-  const RopeTable* rope = nullptr;       // for low-bit blocks (covers their positions)
+  const RopeTable* rope = nullptr;       // for low-bit blocks (covers their positions; fixed size)
   // Masses per token instead of per block: block_ml then holds one (m, l) per token, in
   // block order (per-token scores such as H2O's, FullKV's attention observer).
   bool token_ml = false;

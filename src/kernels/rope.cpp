@@ -1,7 +1,9 @@
-// Scalar RoPE (see rope.h); this is both the reference and the production path.
+// Scalar RoPE (see rope.h); this is both the reference and the production path. RopeTable
+// composes cos/sin from a fixed-size table of base-256 digits.
 #include "kernels/rope.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 namespace qevict {
@@ -34,15 +36,80 @@ void rope_apply(const RopeParams& p, const float* cos_t, const float* sin_t, flo
   (void)head_dim;
 }
 
-void RopeTable::ensure(int64_t n) {
-  if (n <= n_) return;
+namespace {
+// Pair index of channel c (c < n_rot) and whether c is the pair's first channel.
+inline int pair_of(const RopeParams& p, int c, bool* first) {
+  if (p.style == RopeStyle::kNormal) {
+    *first = (c & 1) == 0;
+    return c / 2;
+  }
+  const int half = p.n_rot / 2;
+  *first = c < half;
+  return c < half ? c : c - half;
+}
+}  // namespace
+
+RopeTable::RopeTable(const RopeParams& p, int head_dim, int64_t n_pos) : p_(p), d_(head_dim) {
+  levels_ = 1;
+  while (levels_ < 7 && (int64_t(1) << (kLevelBits * levels_)) < n_pos) ++levels_;
+  const size_t n = size_t(levels_) * kLevelRows * d_;
+  cos_.assign(n, 1.0f);
+  sin_.assign(n, 0.0f);
   const int half = p_.n_rot / 2;
-  int64_t cap = std::max<int64_t>(n, n_ * 2);
-  cos_.resize(size_t(cap * half));
-  sin_.resize(size_t(cap * half));
-  for (int64_t pos = n_; pos < cap; ++pos)
-    rope_cos_sin(p_, pos, cos_.data() + pos * half, sin_.data() + pos * half);
-  n_ = cap;
+  std::vector<double> freq(size_t(std::max(half, 1)));
+  for (int i = 0; i < half; ++i)
+    freq[i] = double(p_.freq_scale) * std::pow(double(p_.freq_base), -2.0 * i / p_.n_rot);
+  for (int l = 0; l < levels_; ++l) {
+    const double step = std::ldexp(1.0, kLevelBits * l);
+    for (int r = 0; r < kLevelRows; ++r) {
+      float* cr = cos_.data() + (size_t(l) * kLevelRows + r) * d_;
+      float* sr = sin_.data() + (size_t(l) * kLevelRows + r) * d_;
+      for (int c = 0; c < p_.n_rot; ++c) {
+        bool first;
+        const int i = pair_of(p_, c, &first);
+        // Angle reduced exactly enough in double: r·256^l·freq (|angle| < 2^53 is exact
+        // to double rounding; cos/sin of it in double, rounded to float once).
+        const double theta = double(r) * step * freq[i];
+        cr[c] = static_cast<float>(std::cos(theta));
+        const float s = static_cast<float>(std::sin(theta));
+        sr[c] = first ? -s : s;
+      }
+    }
+  }
+}
+
+void RopeTable::expanded(int64_t pos, float* cosx, float* sinx) const {
+  assert(pos >= 0 && pos < limit());
+  const int64_t r0 = pos & (kLevelRows - 1);
+  std::copy_n(cos_.data() + size_t(r0) * d_, d_, cosx);
+  std::copy_n(sin_.data() + size_t(r0) * d_, d_, sinx);
+  for (int l = 1; l < levels_; ++l) {
+    const int64_t r = (pos >> (kLevelBits * l)) & (kLevelRows - 1);
+    if (r == 0) continue;  // R(0) = identity
+    const float* cr = cos_.data() + (size_t(l) * kLevelRows + r) * d_;
+    const float* sr = sin_.data() + (size_t(l) * kLevelRows + r) * d_;
+    // (c1 + i s1)(c2 + i s2); both sinx carry the same sign per channel, so s1·s2 = |s1||s2|
+    // and the product's sin keeps that sign.
+    for (int c = 0; c < d_; ++c) {
+      const float c1 = cosx[c], s1 = sinx[c];
+      cosx[c] = c1 * cr[c] - s1 * sr[c];
+      sinx[c] = c1 * sr[c] + s1 * cr[c];
+    }
+  }
+}
+
+void RopeTable::cos_sin(int64_t pos, float* cos_out, float* sin_out) const {
+  thread_local std::vector<float> cx, sx;
+  cx.resize(size_t(d_));
+  sx.resize(size_t(d_));
+  expanded(pos, cx.data(), sx.data());
+  for (int c = 0; c < p_.n_rot; ++c) {
+    bool first;
+    const int i = pair_of(p_, c, &first);
+    if (!first) continue;
+    cos_out[i] = cx[c];
+    sin_out[i] = -sx[c];
+  }
 }
 
 }  // namespace qevict

@@ -1,8 +1,9 @@
 // Rotary position embedding (RoPE) as llama.cpp applies it: "normal" mode rotates adjacent
 // pairs (x[2i], x[2i+1]) — what GGUF llama-arch files expect, since the converter permutes
 // Q/K weights for it — and NeoX mode rotates (x[i], x[i + n_rot/2]) (qwen2).
-// theta_i = pos * base^(-2i / n_rot), i < n_rot/2 (RoFormer Eq. 34). Scalar: the cost is a
-// few hundred flops per head per token, far below the matmuls.
+// theta_i = pos * base^(-2i / n_rot), i < n_rot/2 (RoFormer Eq. 34). rope_apply is scalar:
+// the cost is a few hundred flops per head per token, far below the matmuls. RopeTable
+// gives cos/sin of any position from a table whose size does not depend on the context.
 #pragma once
 
 #include <cstddef>
@@ -28,23 +29,52 @@ void rope_cos_sin(const RopeParams& p, int64_t pos, float* cos_out, float* sin_o
 void rope_apply(const RopeParams& p, const float* cos_t, const float* sin_t, float* x, int n_heads,
                 int head_dim, int64_t ld, bool inverse = false);
 
-// cos/sin of every position up to a bound, [pos][n_rot/2] each, grown on demand: lets
-// caches re-rotate decoded keys without recomputing transcendental functions.
+// The channel that channel c is rotated with (c itself past n_rot).
+inline int rope_partner(const RopeParams& p, int c) {
+  if (c >= p.n_rot) return c;
+  if (p.style == RopeStyle::kNormal) return c ^ 1;
+  const int half = p.n_rot / 2;
+  return c < half ? c + half : c - half;
+}
+
+// cos/sin of any position below a bound fixed at construction, from a table of fixed size
+// (SPEC §3: nothing in a budgeted cache grows with the positions). RoPE is a rotation by
+// pos·theta_i, so R(a + b) = R(a)·R(b): a position is split into base-256 digits,
+// pos = Σ_l d_l·256^l, and its cos/sin are the complex product of one row per level, each
+// row computed in double and rounded once. With L levels the result is within about 2L
+// float roundings of the directly computed cos/sin (tested). Rows are "expanded" to
+// head_dim channels so that SIMD code rotates a row with two multiplies:
+//   x'[c] = x[c]·cosx[c] + x[partner(c)]·sinx[c]
+//   cosx[c] = cos of c's pair (1 past n_rot), sinx[c] = −sin for the pair's first channel,
+//   +sin for its second (0 past n_rot). The inverse rotation negates sinx.
 class RopeTable {
  public:
-  explicit RopeTable(const RopeParams& p = {}) : p_(p) {}
+  static constexpr int kLevelBits = 8;
+  static constexpr int kLevelRows = 1 << kLevelBits;
+
+  RopeTable() = default;
+  // Covers positions [0, n_pos) (at least one level).
+  RopeTable(const RopeParams& p, int head_dim, int64_t n_pos);
+
   const RopeParams& params() const { return p_; }
-  // Makes positions [0, n) available.
-  void ensure(int64_t n);
-  const float* cos_at(int64_t pos) const { return cos_.data() + pos * (p_.n_rot / 2); }
-  const float* sin_at(int64_t pos) const { return sin_.data() + pos * (p_.n_rot / 2); }
-  int64_t size() const { return n_; }
+  int head_dim() const { return d_; }
+  int levels() const { return levels_; }
+  // Positions [0, limit) are covered.
+  int64_t limit() const { return int64_t(1) << (kLevelBits * levels_); }
+  // Expanded rows of the first level, positions [0, 256): in-window offsets.
+  const float* cosx_row(int64_t t) const { return cos_.data() + size_t(t) * d_; }
+  const float* sinx_row(int64_t t) const { return sin_.data() + size_t(t) * d_; }
+  // Expanded cos/sin of pos, f32 [head_dim] each (pos < limit()).
+  void expanded(int64_t pos, float* cosx, float* sinx) const;
+  // Plain cos/sin of pos, f32 [n_rot/2] each, as rope_cos_sin gives them (for rope_apply).
+  void cos_sin(int64_t pos, float* cos_out, float* sin_out) const;
   size_t bytes() const { return (cos_.capacity() + sin_.capacity()) * sizeof(float); }
 
  private:
   RopeParams p_;
-  int64_t n_ = 0;
-  std::vector<float> cos_, sin_;
+  int d_ = 0;
+  int levels_ = 0;
+  std::vector<float> cos_, sin_;  // f32 [levels][256][head_dim], expanded
 };
 
 }  // namespace qevict

@@ -16,7 +16,8 @@ class SlotPool {
  public:
   // A chunk holds up to kChunkSlots slots and at most about kChunkBytes (but at least one
   // slot), so that large slots (e.g. 32-token windows) do not make the pool hold far more
-  // than the budget it serves.
+  // than the budget it serves: a pool holds at most one partly used chunk beyond its slots
+  // in use (compact() gives whole chunks back), the per-tier constant of bytes held.
   static constexpr int kChunkSlots = 32;
   static constexpr size_t kChunkBytes = size_t(64) << 10;
 
@@ -42,7 +43,10 @@ class SlotPool {
   int32_t in_use() const { return in_use_; }
   size_t bytes_in_use() const { return size_t(in_use_) * slot_bytes_; }
   size_t bytes_allocated() const { return chunks_.size() * chunk_slots_ * slot_bytes_; }
-  // Frees every slot (keeps the chunks).
+  // The pool's own bookkeeping (chunk pointers, free list), outside the chunks.
+  size_t overhead_bytes() const {
+    return chunks_.capacity() * sizeof(void*) + free_.capacity() * sizeof(int32_t);
+  }  // Frees every slot (keeps the chunks).
   void reset();
   // Gives back whole chunks when at least one chunk's worth of slots is free: slots above
   // the new end are copied into free slots below it. Returns the moves as (old, new) pairs

@@ -16,13 +16,12 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       budget_(budget),
       policy_(std::move(policy)),
       qlayout_{p_.bits, shape.n_kv_heads, shape.head_dim, p_.window, p_.value_group},
-      rope_(shape.rope),
+      rope_(shape.rope, shape.head_dim, n_ctx),
       store_(shape, budget, qlayout_, p_.dtype, &rope_),
       trace_(std::move(trace)) {}
 
 Status TieredKvCache::begin(int64_t n_new) {
   QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
-  rope_.ensure(n_past_ + n_new);
   n_new_ = n_new;
   return Status::ok();
 }
@@ -94,8 +93,13 @@ void TieredKvCache::clear() {
 }
 
 size_t TieredKvCache::bytes_held() const {
-  return rope_.bytes() + store_.bytes_allocated() + attn_.bytes() +
-         mass_.capacity() * sizeof(double);
+  // Everything the object holds: the fixed-size RoPE table, the store (pools, sinks, window
+  // entries), attention and routing scratch (bounded by the kept windows and the batch).
+  return sizeof(*this) + rope_.bytes() + store_.bytes_allocated() + attn_.bytes() +
+         mass_.capacity() * sizeof(double) + blocks_.capacity() * sizeof(KvBlockRef) +
+         block_window_.capacity() * sizeof(int32_t) + head_off_.capacity() * sizeof(int64_t) +
+         request_.candidates.capacity() * sizeof(RoutingCandidate) +
+         plan_.entries.capacity() * sizeof(PlanEntry);
 }
 
 std::string TieredKvCache::describe() const {

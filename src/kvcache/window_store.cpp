@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace qevict {
@@ -25,6 +26,26 @@ WindowStore::WindowStore(const KvShape& shape, const KvBudget& budget, const Qua
     L.fpool = SlotPool(budget_.window_full);
     L.qpool = SlotPool(budget_.window_quant);
   }
+}
+
+WindowStore::Window* WindowStore::find(Layer& L, int32_t id) {
+  auto it = std::lower_bound(L.windows.begin(), L.windows.end(), id,
+                             [](const Window& w, int32_t i) { return w.id < i; });
+  return it != L.windows.end() && it->id == id ? &*it : nullptr;
+}
+const WindowStore::Window* WindowStore::find(const Layer& L, int32_t id) {
+  return find(const_cast<Layer&>(L), id);
+}
+
+const WindowStore::Window& WindowStore::window(int layer, int32_t id) const {
+  static const Window kDropped = [] {
+    Window w;
+    w.tier = Tier::kEvicted;
+    w.routed = true;
+    return w;
+  }();
+  const Window* w = find(layers_[layer], id);
+  return w ? *w : kDropped;
 }
 
 uint16_t* WindowStore::f_k(Layer& L, int32_t slot, int h) const {
@@ -55,12 +76,13 @@ void WindowStore::store_token(int layer, int64_t pos, const float* k, const floa
     return;
   }
   const int64_t w = (pos - S) / W, o = (pos - S) % W;
-  if (w == int64_t(L.windows.size())) {
+  if (w == L.next_id) {
     Window nw;
+    nw.id = L.next_id++;
     nw.f_slot = L.fpool.acquire();
     L.windows.push_back(nw);
   }
-  Window& win = L.windows[size_t(w)];
+  Window& win = L.windows.back().id == w ? L.windows.back() : *find(L, int32_t(w));
   for (int h = 0; h < H; ++h) {
     f32_to_half(dtype_, k + h * d, f_k(L, win.f_slot, h) + o * d, d);
     f32_to_half(dtype_, v + h * d, f_v(L, win.f_slot, h) + o * d, d);
@@ -74,11 +96,13 @@ void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlock
   const int H = shape_.n_kv_heads, d = shape_.head_dim, S = budget_.sink;
   block_window->clear();
   if (S > 0) block_window->push_back(-1);
-  for (int32_t id = 0; id < int32_t(L.windows.size()); ++id)
-    if (L.windows[id].tier != Tier::kEvicted) block_window->push_back(id);
+  for (const Window& w : L.windows)
+    if (w.tier != Tier::kEvicted) block_window->push_back(w.id);
+  const Window* next = L.windows.data();  // walks the entries in id order with the blocks
   const int nb = int(block_window->size());
   blocks->resize(size_t(H) * nb);
   for (int h = 0; h < H; ++h) {
+    next = L.windows.data();
     for (int b = 0; b < nb; ++b) {
       KvBlockRef& r = (*blocks)[size_t(h) * nb + b];
       const int32_t id = (*block_window)[b];
@@ -91,7 +115,8 @@ void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlock
         r.ld = d;
         continue;
       }
-      const Window& w = L.windows[id];
+      while (next->id != id) ++next;
+      const Window& w = *next;
       r.pos0 = S + int64_t(id) * budget_.window;
       r.n = w.n;
       if (w.f_slot >= 0) {
@@ -106,21 +131,21 @@ void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlock
 }
 
 void WindowStore::add_score(int layer, int32_t id, double mass) {
-  Layer& L = layers_[layer];
-  if (id >= 0) L.windows[id].score += mass;
+  if (id < 0) return;
+  if (Window* w = find(layers_[layer], id)) w->score += mass;
 }
 
 void WindowStore::candidates(int layer, int64_t n_past, RoutingRequest* req) const {
   const Layer& L = layers_[layer];
-  const int64_t aged = std::min<int64_t>(budget_.aged_windows(n_past), int64_t(L.windows.size()));
+  const int64_t aged = budget_.aged_windows(n_past);
   req->n_past = n_past;
   req->budget = budget_.routing();
   req->candidates.clear();
-  for (int32_t id = 0; id < aged; ++id) {
-    const Window& w = L.windows[id];
+  for (const Window& w : L.windows) {
+    if (w.id >= aged) break;
     if (w.tier == Tier::kEvicted) continue;
     req->candidates.push_back(
-        {id, budget_.sink + int64_t(id) * budget_.window, w.score, w.tier, w.q_slot >= 0});
+        {w.id, budget_.sink + int64_t(w.id) * budget_.window, w.score, w.tier, w.q_slot >= 0});
   }
 }
 
@@ -128,17 +153,27 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
   Layer& L = layers_[layer];
   QEVICT_RETURN_IF_ERROR(check_plan(req, plan));
   for (const PlanEntry& e : plan.entries) {
-    if (e.id < 0 || e.id >= int32_t(L.windows.size()))
-      return Status::error(
-          fmt::format("routing plan names window {} of {}", e.id, L.windows.size()));
-    if (L.windows[e.id].tier == Tier::kEvicted && e.to != Tier::kEvicted)
+    if (e.id < 0 || e.id >= L.next_id)
+      return Status::error(fmt::format("routing plan names window {} of {}", e.id, L.next_id));
+    const Window* w = find(L, e.id);
+    if ((!w || w->tier == Tier::kEvicted) && e.to != Tier::kEvicted)
       return Status::error(fmt::format("routing plan revives evicted window {}", e.id));
   }
+  // Entries of windows evicted at an earlier event go now (kept one event so that
+  // diagnostics see their final score); the entries do not move below, so pointers from
+  // find() stay valid through the passes.
+  const size_t before = L.windows.size();
+  L.windows.erase(std::remove_if(L.windows.begin(), L.windows.end(),
+                                 [](const Window& w) { return w.tier == Tier::kEvicted; }),
+                  L.windows.end());
+  L.dropped += int64_t(before - L.windows.size());
   // Evictions free slots first, demotions then free F slots as they take ledger slots,
   // promotions come last: the store never holds more than the budget in between.
   for (int pass = 0; pass < 3; ++pass) {
     for (const PlanEntry& e : plan.entries) {
-      Window& w = L.windows[e.id];
+      Window* wp = find(L, e.id);
+      if (!wp) continue;  // already dropped: evicted
+      Window& w = *wp;
       if (pass == 0 && e.to == Tier::kEvicted) {
         if (w.tier == Tier::kEvicted) continue;
         if (!w.routed) ++L.counters.evicted_at_first_routing;
@@ -152,9 +187,10 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
     }
   }
   for (const PlanEntry& e : plan.entries) {
-    Window& w = L.windows[e.id];
-    if (!w.routed) ++L.counters.aged;
-    w.routed = true;
+    Window* w = find(L, e.id);
+    if (!w) continue;
+    if (!w->routed) ++L.counters.aged;
+    w->routed = true;
   }
   compact(L);
   return Status::ok();
@@ -169,12 +205,16 @@ void WindowStore::demote(Layer& L, Window& w, int32_t id) {
     kp.assign(size_t(W) * H * d, 0.0f);
     vp.assign(size_t(W) * H * d, 0.0f);
     const int64_t pos0 = budget_.sink + int64_t(id) * W;
+    thread_local std::vector<float> cs;
+    cs.resize(size_t(d) + 2);  // cos | sin, n_rot/2 each
+    float* rc = cs.data();
+    float* rs = cs.data() + d / 2 + 1;
     for (int h = 0; h < H; ++h) {
       for (int t = 0; t < w.n; ++t) {
         float* kr = kp.data() + (size_t(t) * H + h) * d;
         half_to_f32(dtype_, f_k(L, w.f_slot, h) + size_t(t) * d, kr, d);
-        rope_apply(rope_->params(), rope_->cos_at(pos0 + t), rope_->sin_at(pos0 + t), kr, 1, d, d,
-                   /*inverse=*/true);
+        rope_->cos_sin(pos0 + t, rc, rs);
+        rope_apply(rope_->params(), rc, rs, kr, 1, d, d, /*inverse=*/true);
         half_to_f32(dtype_, f_v(L, w.f_slot, h) + size_t(t) * d,
                     vp.data() + (size_t(t) * H + h) * d, d);
       }
@@ -197,16 +237,19 @@ void WindowStore::promote(Layer& L, Window& w, int32_t id) {
   // original positions. The ledger entry stays, so a later demotion reuses its codes.
   auto t0 = Clock::now();
   const int H = shape_.n_kv_heads, d = shape_.head_dim, W = budget_.window;
-  thread_local std::vector<float> kb, vb;
+  thread_local std::vector<float> kb, vb, cs;
+  cs.resize(size_t(d) + 2);  // cos | sin, n_rot/2 each
   kb.resize(size_t(W) * d);
   vb.resize(size_t(W) * d);
   w.f_slot = L.fpool.acquire();
   const int64_t pos0 = budget_.sink + int64_t(id) * W;
   for (int h = 0; h < H; ++h) {
     dequantize_window_head(ql_, L.qpool.at(w.q_slot), h, w.n, kb.data(), vb.data());
-    for (int t = 0; t < w.n; ++t)
-      rope_apply(rope_->params(), rope_->cos_at(pos0 + t), rope_->sin_at(pos0 + t),
-                 kb.data() + size_t(t) * d, 1, d, d);
+    for (int t = 0; t < w.n; ++t) {
+      rope_->cos_sin(pos0 + t, cs.data(), cs.data() + d / 2 + 1);
+      rope_apply(rope_->params(), cs.data(), cs.data() + d / 2 + 1, kb.data() + size_t(t) * d, 1, d,
+                 d);
+    }
     f32_to_half(dtype_, kb.data(), f_k(L, w.f_slot, h), int64_t(w.n) * d);
     f32_to_half(dtype_, vb.data(), f_v(L, w.f_slot, h), int64_t(w.n) * d);
   }
@@ -246,6 +289,8 @@ void WindowStore::compact(Layer& L) {
 void WindowStore::clear() {
   for (auto& L : layers_) {
     L.windows.clear();
+    L.next_id = 0;
+    L.dropped = 0;
     L.fpool.reset();
     L.qpool.reset();
     L.counters = KvLayerReport();
@@ -255,14 +300,14 @@ void WindowStore::clear() {
 
 const uint8_t* WindowStore::ledger(int layer, int32_t id) const {
   const Layer& L = layers_[layer];
-  const Window& w = L.windows[id];
-  return w.q_slot >= 0 ? L.qpool.at(w.q_slot) : nullptr;
+  const Window* w = find(L, id);
+  return w && w->q_slot >= 0 ? L.qpool.at(w->q_slot) : nullptr;
 }
 
 const uint16_t* WindowStore::full_keys(int layer, int32_t id) const {
   const Layer& L = layers_[layer];
-  const Window& w = L.windows[id];
-  return w.f_slot >= 0 ? f_k(L, w.f_slot, 0) : nullptr;
+  const Window* w = find(L, id);
+  return w && w->f_slot >= 0 ? f_k(L, w->f_slot, 0) : nullptr;
 }
 
 size_t WindowStore::budgeted_bytes_in_use(int layer) const {
@@ -276,17 +321,18 @@ size_t WindowStore::budgeted_bytes_in_use(int layer) const {
 }
 
 size_t WindowStore::bytes_allocated() const {
-  size_t b = 0;
+  size_t b = sizeof(*this) + layers_.capacity() * sizeof(Layer);
   for (const Layer& L : layers_)
     b += (L.sink_k.capacity() + L.sink_v.capacity()) * sizeof(uint16_t) +
-         L.fpool.bytes_allocated() + L.qpool.bytes_allocated() +
-         L.windows.capacity() * sizeof(Window);
+         L.fpool.bytes_allocated() + L.qpool.bytes_allocated() + L.fpool.overhead_bytes() +
+         L.qpool.overhead_bytes() + L.windows.capacity() * sizeof(Window);
   return b;
 }
 
 KvLayerReport WindowStore::layer_report(int layer) const {
   const Layer& L = layers_[layer];
   KvLayerReport r = L.counters;
+  r.windows_evicted = L.dropped;
   for (const Window& w : L.windows) {
     switch (w.tier) {
       case Tier::kLocal:
@@ -315,11 +361,13 @@ KvLayerReport WindowStore::layer_report(int layer) const {
 void WindowStore::position_tiers(int layer, int64_t n_past, std::vector<Tier>* out) const {
   const Layer& L = layers_[layer];
   const int S = budget_.sink, W = budget_.window;
-  out->assign(size_t(n_past), Tier::kLocal);  // sink, and any position without a window
-  for (int64_t p = S; p < n_past; ++p) {
-    const int64_t w = (p - S) / W;
-    if (w < int64_t(L.windows.size())) (*out)[size_t(p)] = L.windows[size_t(w)].tier;
-  }
+  // Positions of windows without an entry were evicted; the sink is kLocal.
+  out->assign(size_t(n_past), Tier::kEvicted);
+  for (int64_t p = 0; p < std::min<int64_t>(S, n_past); ++p) (*out)[size_t(p)] = Tier::kLocal;
+  for (const Window& w : L.windows)
+    for (int64_t p = S + int64_t(w.id) * W;
+         p < std::min<int64_t>(S + int64_t(w.id + 1) * W, n_past); ++p)
+      (*out)[size_t(p)] = w.tier;
 }
 
 }  // namespace qevict

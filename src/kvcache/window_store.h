@@ -9,7 +9,8 @@
 // candidates, and applies a RoutingPlan after checking it against the budget — evictions
 // first, then demotions (quantize once, keep the ledger), then promotions (decode, re-apply
 // RoPE, keep the ledger), so it never holds more than the budget in between. It gives pool
-// memory back when a tier shrinks by a whole chunk.
+// memory back when a tier shrinks by a whole chunk, and drops evicted windows' entries at
+// the next routing event: nothing it holds grows with the number of positions.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@ namespace qevict {
 class WindowStore {
  public:
   struct Window {
+    int32_t id = -1;  // stable window id: positions [S + id·ω, S + (id+1)·ω)
     Tier tier = Tier::kLocal;
     int32_t f_slot = -1;  // full-precision slot (local or F)
     int32_t q_slot = -1;  // ledger entry (Q, or F after promotion)
@@ -60,8 +62,12 @@ class WindowStore {
 
   void clear();
 
-  int32_t n_windows(int layer) const { return int32_t(layers_[layer].windows.size()); }
-  const Window& window(int layer, int32_t id) const { return layers_[layer].windows[id]; }
+  // Windows ever created (ids [0, n_windows)); only the kept ones and those evicted at the
+  // last routing event still have an entry.
+  int32_t n_windows(int layer) const { return layers_[layer].next_id; }
+  // A window's entry; windows evicted before the last routing event read as evicted with
+  // score 0 (their entries are dropped, so the table does not grow with the positions).
+  const Window& window(int layer, int32_t id) const;
   // The ledger bytes of a window (null without one), M_q bytes.
   const uint8_t* ledger(int layer, int32_t id) const;
   // Post-RoPE 16-bit keys of a window in F or local, [n_kv_heads][ω][head_dim]; null otherwise.
@@ -80,11 +86,18 @@ class WindowStore {
  private:
   struct Layer {
     std::vector<uint16_t> sink_k, sink_v;  // half [n_kv_heads][S][head_dim]
+    // Entries of the live windows (local, F, Q, and those evicted at the last routing
+    // event, kept one event for diagnostics' score deltas), sorted by id: bounded by the
+    // budget, not the positions.
     std::vector<Window> windows;
+    int32_t next_id = 0;     // id of the next window to be created
+    int64_t dropped = 0;     // evicted windows whose entries were dropped
     SlotPool fpool, qpool;   // K|V windows; ledger
     KvLayerReport counters;  // moves so far (the counts by tier are filled on report)
   };
 
+  static Window* find(Layer& L, int32_t id);
+  static const Window* find(const Layer& L, int32_t id);
   uint16_t* f_k(Layer& L, int32_t slot, int h) const;
   uint16_t* f_v(Layer& L, int32_t slot, int h) const;
   const uint16_t* f_k(const Layer& L, int32_t slot, int h) const;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -18,6 +19,7 @@ namespace {
 struct Shape {
   int group, dim, bits;
   HalfType dt;
+  int64_t pos_base = 0;  // added to every position (RoPE composition past 65,536)
 };
 
 class FusedAttention : public ::testing::TestWithParam<Shape> {};
@@ -28,8 +30,7 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   RopeParams rp;
   rp.n_rot = d;
   rp.freq_base = 10000.0f;
-  RopeTable rope(rp);
-  rope.ensure(400);
+  RopeTable rope(rp, d, sh.pos_base + 400);
   QuantLayout ql{sh.bits, H, d, W, 0};
   ASSERT_TRUE(ql.validate().is_ok());
   std::mt19937 rng(99);
@@ -49,7 +50,7 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   const int64_t ld = int64_t(H) * d + 3;  // rows of all heads, padded
   for (const auto& pl : plan) {
     KvBlockRef b;
-    b.pos0 = pl.pos0;
+    b.pos0 = sh.pos_base + pl.pos0;
     b.n = pl.n;
     if (pl.kind == 0) {
       halfs_k.emplace_back(size_t(pl.n) * ld);
@@ -93,7 +94,8 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   std::vector<float> q(size_t(g) * d);
   for (auto& x : q) x = dist(rng);
   const int nb = int(blocks.size());
-  for (int64_t qpos : {int64_t(99), int64_t(50), int64_t(24), int64_t(3)}) {
+  for (int64_t qrel : {int64_t(99), int64_t(50), int64_t(24), int64_t(3)}) {
+    const int64_t qpos = sh.pos_base + qrel;
     std::vector<float> want(size_t(g) * d), want_mass(size_t(nb) * g);
     ref::attention_materialized(p, q.data(), qpos, blocks.data(), nb, want.data(),
                                 want_mass.data());
@@ -132,8 +134,7 @@ TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
   const int g = 3, d = 16, H = 1;
   RopeParams rp;
   rp.n_rot = d;
-  RopeTable rope(rp);
-  rope.ensure(64);
+  RopeTable rope(rp, d, 64);
   QuantLayout ql{2, H, d, 8, 0};
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -175,32 +176,59 @@ TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
-                         ::testing::Values(Shape{3, 64, 2, HalfType::kF16},
-                                           Shape{1, 64, 4, HalfType::kF16},
-                                           Shape{4, 32, 2, HalfType::kBF16},
-                                           Shape{7, 16, 2, HalfType::kF16},
-                                           Shape{2, 128, 4, HalfType::kBF16}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FusedAttention,
+    ::testing::Values(Shape{3, 64, 2, HalfType::kF16}, Shape{1, 64, 4, HalfType::kF16},
+                      Shape{4, 32, 2, HalfType::kBF16}, Shape{7, 16, 2, HalfType::kF16},
+                      Shape{2, 128, 4, HalfType::kBF16}, Shape{3, 64, 2, HalfType::kF16, 70000},
+                      Shape{3, 40, 4, HalfType::kBF16, 65530},
+                      Shape{2, 72, 2, HalfType::kF16, 1 << 20}));
 
-TEST(RopeTable, MatchesDirectComputationAndInverts) {
-  RopeParams rp;
-  rp.n_rot = 64;
-  rp.freq_base = 100000.0f;
-  RopeTable t(rp);
-  t.ensure(5000);
-  std::vector<float> c(32), s(32);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t pos : {0, 1, 17, 4095, 4999}) {
-    rope_cos_sin(rp, pos, c.data(), s.data());
-    for (int i = 0; i < 32; ++i) ASSERT_EQ(c[i], t.cos_at(pos)[i]);
-    std::vector<float> x(64), y;
-    for (auto& e : x) e = dist(rng);
-    y = x;
-    rope_apply(rp, t.cos_at(pos), t.sin_at(pos), y.data(), 1, 64, 64);
-    rope_apply(rp, t.cos_at(pos), t.sin_at(pos), y.data(), 1, 64, 64, /*inverse=*/true);
-    for (int i = 0; i < 64; ++i)
-      ASSERT_NEAR(y[i], x[i], 1e-6 * (std::fabs(x[i]) + 1.0)) << "pos " << pos;
+// The fixed-size table composes cos/sin from base-256 digits; each level adds at most a few
+// float roundings to the directly computed (double) values: |error| <= 4·levels·2^-24 with
+// |cos|, |sin| <= 1 (one product of two rounded values per extra level, plus the rows'
+// own rounding). Checked at positions that use every level, past 65,536 included.
+TEST(RopeTable, ComposedMatchesDirectComputationAndInverts) {
+  for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
+    RopeParams rp;
+    rp.style = style;
+    rp.n_rot = 64;
+    rp.freq_base = 100000.0f;
+    const int64_t n_pos = int64_t(1) << 20;
+    RopeTable t(rp, 72, n_pos);  // 8 channels pass through
+    ASSERT_EQ(t.levels(), 3);
+    ASSERT_GE(t.limit(), n_pos);
+    const double tol = 4.0 * t.levels() * std::ldexp(1.0, -24);
+    std::vector<float> c(32), s(32), tc(32), ts(32), cx(72), sx(72);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (int64_t pos :
+         {int64_t(0), int64_t(1), int64_t(17), int64_t(255), int64_t(256), int64_t(4095),
+          int64_t(65535), int64_t(65536), int64_t(65537), int64_t(300001), int64_t(n_pos - 1)}) {
+      rope_cos_sin(rp, pos, c.data(), s.data());
+      t.cos_sin(pos, tc.data(), ts.data());
+      double worst = 0;
+      int wi = 0;
+      for (int i = 0; i < 32; ++i) {
+        const double e = std::max(std::fabs(double(c[i]) - tc[i]), std::fabs(double(s[i]) - ts[i]));
+        if (e > worst) worst = e, wi = i;
+      }
+      ASSERT_LE(worst, tol) << "pos " << pos << " pair " << wi << ": cos " << c[wi] << " vs "
+                            << tc[wi] << ", sin " << s[wi] << " vs " << ts[wi];
+      t.expanded(pos, cx.data(), sx.data());
+      for (int ch = 64; ch < 72; ++ch) {
+        ASSERT_EQ(cx[ch], 1.0f);
+        ASSERT_EQ(sx[ch], 0.0f);
+      }
+      std::vector<float> x(64), y;
+      for (auto& e : x) e = dist(rng);
+      y = x;
+      rope_apply(rp, tc.data(), ts.data(), y.data(), 1, 64, 64);
+      rope_apply(rp, tc.data(), ts.data(), y.data(), 1, 64, 64, /*inverse=*/true);
+      for (int i = 0; i < 64; ++i)
+        ASSERT_NEAR(y[i], x[i], 1e-6 * (std::fabs(x[i]) + 1.0)) << "pos " << pos;
+    }
+    EXPECT_EQ(t.bytes(), size_t(3) * 256 * 72 * 2 * sizeof(float));
   }
 }
 

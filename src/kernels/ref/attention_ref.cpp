@@ -17,9 +17,12 @@ void attention_materialized(const FusedAttnParams& p, const float* q, int64_t qp
     std::vector<float> kq(size_t(blk.n) * d), vq(size_t(blk.n) * d);
     if (!blk.k) {
       dequantize_window_head(*p.qlayout, blk.qwin, p.kv_head, blk.n, kq.data(), vq.data());
-      for (int t = 0; t < blk.n; ++t)
-        rope_apply(p.rope->params(), p.rope->cos_at(blk.pos0 + t), p.rope->sin_at(blk.pos0 + t),
-                   kq.data() + t * d, 1, d, d);
+      const RopeParams& rp = p.rope->params();
+      std::vector<float> c(size_t(rp.n_rot / 2 + 1)), s(c.size());
+      for (int t = 0; t < blk.n; ++t) {
+        rope_cos_sin(rp, blk.pos0 + t, c.data(), s.data());  // double angles, no table
+        rope_apply(rp, c.data(), s.data(), kq.data() + t * d, 1, d, d);
+      }
     }
     for (int t = 0; t < blk.n; ++t) {
       if (blk.pos0 + t > qpos) continue;

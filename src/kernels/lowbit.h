@@ -1,0 +1,31 @@
+// Decoding of low-bit KV windows (kv_quant.h) for attention, optimized path: SIMD decode of
+// the codes straight into a caller's small per-run buffer, keys rotated only by their
+// in-window RoPE, the rest of the rotation carried by the query (R(p0 + t) = R(p0)·R(t), so
+// q·R(p0 + t)k = (R(p0)ᵀq)·(R(t)k)). Nothing depends on a per-position table: the rotations
+// come from a fixed-size RopeTable. Highway kernels in simd/lowbit-inl.h, dispatched once;
+// the scalar references with the same contracts are in ref/lowbit_ref.h.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kv_quant.h"
+#include "kernels/rope.h"
+
+namespace qevict {
+
+// KV head h's keys of tokens [0, n) of a window, decoded (pre-RoPE) and rotated by R(t),
+// t the token's offset in the window: k f32 [n][ldk] (head_dim used per row). Needs
+// rope.head_dim() == L.head_dim and L.window <= rope.limit().
+void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
+               float* k, int64_t ldk);
+
+// KV head h's values of tokens [0, n): v f32 [n][ldv] = scale·code + zero per group.
+void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv);
+
+// Rotates n rows of d floats: out[r][c] = x[r][c]·cosx[c] + x[r][partner(c)]·sinx[c] with
+// expanded cos/sin (RopeTable::expanded); inverse = true rotates by the opposite angle
+// (negated sinx). x and out must not overlap.
+void rope_rows(const RopeParams& p, int d, const float* cosx, const float* sinx, bool inverse,
+               const float* x, int64_t ldx, int n, float* out, int64_t ldo);
+
+}  // namespace qevict

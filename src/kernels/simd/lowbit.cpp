@@ -1,0 +1,31 @@
+// Dynamic dispatch for kernels/lowbit.h: compiles simd/lowbit-inl.h once per Highway target
+// and picks the best one the CPU supports on first call.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/lowbit.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/simd/lowbit-inl.h"
+
+#if HWY_ONCE
+#include "kernels/lowbit.h"
+
+namespace qevict {
+
+HWY_EXPORT(QwinKeys);
+HWY_EXPORT(QwinValues);
+HWY_EXPORT(RopeRows);
+
+void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
+               float* k, int64_t ldk) {
+  HWY_DYNAMIC_DISPATCH(QwinKeys)(L, win, h, n, rope, k, ldk);
+}
+void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv) {
+  HWY_DYNAMIC_DISPATCH(QwinValues)(L, win, h, n, v, ldv);
+}
+void rope_rows(const RopeParams& p, int d, const float* cosx, const float* sinx, bool inverse,
+               const float* x, int64_t ldx, int n, float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(RopeRows)(p, d, cosx, sinx, inverse, x, ldx, n, out, ldo);
+}
+
+}  // namespace qevict
+#endif  // HWY_ONCE

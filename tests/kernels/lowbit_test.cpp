@@ -1,0 +1,161 @@
+// SIMD low-bit window decoding (kernels/lowbit.h) against the scalar references
+// (ref/lowbit_ref.h): INT2/INT4, head dims that are not a multiple of the SIMD width, value
+// groups smaller than a vector, both RoPE styles, partial rotation (n_rot < head_dim),
+// windows of 1..32 tokens, partial windows; sentinels after every output row.
+#include "kernels/lowbit.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "kernels/ref/lowbit_ref.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace qevict {
+namespace {
+
+struct LbShape {
+  int bits, d, window, group, n_rot;
+  RopeStyle style;
+};
+
+constexpr float kSentinel = 12345.0f;
+
+class LowbitDecode : public ::testing::TestWithParam<LbShape> {};
+
+TEST_P(LowbitDecode, MatchesScalarReference) {
+  const LbShape sh = GetParam();
+  const int H = 3, h = 2, d = sh.d, W = sh.window;
+  QuantLayout L{sh.bits, H, d, W, sh.group};
+  ASSERT_TRUE(L.validate().is_ok());
+  RopeParams rp;
+  rp.style = sh.style;
+  rp.n_rot = sh.n_rot;
+  rp.freq_base = 10000.0f;
+  const RopeTable rope(rp, d, 1 << 17);
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> k(size_t(W) * H * d), v(k.size());
+  for (auto& x : k) x = 3.0f * dist(rng);
+  for (auto& x : v) x = dist(rng);
+  for (int n : {W, (W + 1) / 2, 1}) {
+    std::vector<uint8_t> win(L.window_bytes() + 1);  // +1: misaligned start
+    quantize_window(L, k.data(), v.data(), n, win.data() + 1);
+    const uint8_t* w = win.data() + 1;
+    const int64_t ld = d + 3;
+    std::vector<float> gk(size_t(n) * ld, kSentinel), gv(gk.size(), kSentinel);
+    std::vector<float> rk(size_t(n) * ld, 0.0f), rv(rk.size(), 0.0f);
+    qwin_keys(L, w, h, n, rope, gk.data(), ld);
+    qwin_values(L, w, h, n, gv.data(), ld);
+    ref::qwin_keys(L, w, h, n, rp, rk.data(), ld);
+    ref::qwin_values(L, w, h, n, rv.data(), ld);
+    for (int t = 0; t < n; ++t) {
+      for (int c = d; c < ld; ++c) {
+        ASSERT_EQ(gk[t * ld + c], kSentinel) << "key row " << t << " written past head_dim";
+        ASSERT_EQ(gv[t * ld + c], kSentinel) << "value row " << t << " written past head_dim";
+      }
+      // Values: one multiply-add of exact codes, the same rounding as the reference except
+      // for FMA contraction: within one rounding of |s·code| + |z|.
+      for (int c = 0; c < d; ++c) {
+        const float a = gv[t * ld + c], b = rv[t * ld + c];
+        ASSERT_NEAR(a, b, 2e-7f * (std::fabs(b) + 4.0f)) << "value t " << t << " c " << c;
+      }
+      // Keys: decode (one rounding) then a rotation with float cos/sin from the table vs
+      // double-computed ones (a few roundings each): |error| <= 8·2^-24·(|k_a| + |k_b|) per
+      // output, bounded here with the row's max |k|.
+      float kmax = 0;
+      for (int c = 0; c < d; ++c) kmax = std::max(kmax, std::fabs(rk[t * ld + c]));
+      const float tol = 8.0f * std::ldexp(1.0f, -24) * 2.0f * (kmax + 1.0f);
+      int worst = 0;
+      float err = 0;
+      for (int c = 0; c < d; ++c) {
+        const float e = std::fabs(gk[t * ld + c] - rk[t * ld + c]);
+        if (e > err) err = e, worst = c;
+      }
+      ASSERT_LE(err, tol) << "key t " << t << " channel " << worst << ": " << gk[t * ld + worst]
+                          << " vs reference " << rk[t * ld + worst] << " (n " << n << ")";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LowbitDecode,
+    ::testing::Values(
+        LbShape{2, 64, 8, 0, 64, RopeStyle::kNormal}, LbShape{4, 64, 8, 0, 64, RopeStyle::kNormal},
+        LbShape{2, 64, 8, 0, 64, RopeStyle::kNeox}, LbShape{4, 128, 32, 32, 128, RopeStyle::kNeox},
+        LbShape{2, 40, 8, 0, 40, RopeStyle::kNormal}, LbShape{4, 72, 8, 8, 72, RopeStyle::kNormal},
+        LbShape{2, 72, 1, 0, 48, RopeStyle::kNormal}, LbShape{4, 40, 32, 4, 40, RopeStyle::kNeox},
+        LbShape{2, 8, 8, 4, 8, RopeStyle::kNormal},
+        LbShape{2, 16, 300, 0, 16, RopeStyle::kNormal},  // ω > one table level
+        LbShape{4, 16, 2, 0, 8, RopeStyle::kNeox}));
+
+// rope_rows with the table's expanded rows against double angles, forward and inverse.
+TEST(RopeRows, MatchesDoubleAnglesBothWays) {
+  for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
+    for (int d : {8, 40, 64, 72}) {
+      RopeParams rp;
+      rp.style = style;
+      rp.n_rot = d == 72 ? 64 : d;
+      const RopeTable rope(rp, d, int64_t(1) << 20);
+      std::mt19937 rng(d);
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      const int n = 3;
+      std::vector<float> x(size_t(n) * d);
+      std::vector<float> cx(static_cast<size_t>(d)), sx(static_cast<size_t>(d));
+      for (auto& e : x) e = dist(rng);
+      for (int64_t pos : {int64_t(0), int64_t(77), int64_t(65541), int64_t(999999)}) {
+        rope.expanded(pos, cx.data(), sx.data());
+        for (bool inv : {false, true}) {
+          std::vector<float> got(size_t(n) * (d + 1), kSentinel), want(size_t(n) * d);
+          rope_rows(rp, d, cx.data(), sx.data(), inv, x.data(), d, n, got.data(), d + 1);
+          ref::rope_rows(rp, d, pos, inv, x.data(), d, n, want.data(), d);
+          for (int r = 0; r < n; ++r) {
+            ASSERT_EQ(got[r * (d + 1) + d], kSentinel);
+            for (int c = 0; c < d; ++c)
+              ASSERT_NEAR(got[r * (d + 1) + c], want[r * d + c], 3e-6f)
+                  << "d " << d << " pos " << pos << " inverse " << inv << " row " << r << " c "
+                  << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+// qk_scores_f32 (folded horizontal sums over up to 8 tokens) against the scalar reference:
+// token counts 0..2×8+1 (partial folds), head dims with a scalar tail, 1..9 heads,
+// misaligned rows, sentinels after each head's scores. Tolerance: a dot of d products
+// rounded in a different order, |error| <= d·2^-23·Σ|q_c k_c|.
+TEST(QkScoresF32, FoldedSumsMatchReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int d : {8, 16, 40, 64, 72}) {
+    for (int g : {1, 3, 9}) {
+      for (int n = 0; n <= 17; ++n) {
+        const int64_t ldq = d + 1, ldk = d + 3, lds = n + 2;
+        std::vector<float> q(size_t(g) * ldq + 1), k(size_t(n) * ldk + 1);
+        for (auto& x : q) x = dist(rng);
+        for (auto& x : k) x = 2.0f * dist(rng);
+        std::vector<float> got(size_t(g) * lds, kSentinel), want(got.size(), kSentinel);
+        qk_scores_f32(q.data() + 1, ldq, g, k.data() + 1, ldk, n, d, 0.125f, got.data(), lds);
+        ref::qk_scores_f32(q.data() + 1, ldq, g, k.data() + 1, ldk, n, d, 0.125f, want.data(), lds);
+        for (int h = 0; h < g; ++h) {
+          for (int j = n; j < lds; ++j) ASSERT_EQ(got[h * lds + j], kSentinel);
+          for (int j = 0; j < n; ++j) {
+            double mag = 0;
+            for (int c = 0; c < d; ++c)
+              mag += std::fabs(q[1 + h * ldq + c] * k[1 + j * ldk + c]) * 0.125;
+            ASSERT_NEAR(got[h * lds + j], want[h * lds + j], d * std::ldexp(1.0, -23) * mag)
+                << "d " << d << " g " << g << " n " << n << " head " << h << " token " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qevict
