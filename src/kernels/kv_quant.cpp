@@ -62,10 +62,10 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
   std::memset(out, 0, L.window_bytes());
   uint8_t* kc = out + L.k_codes_off();
   uint8_t* vc = out + L.v_codes_off();
-  auto* ks = reinterpret_cast<uint16_t*>(out + L.k_scale_off());
-  auto* kz = reinterpret_cast<uint16_t*>(out + L.k_zero_off());
-  auto* vs = reinterpret_cast<uint16_t*>(out + L.v_scale_off());
-  auto* vz = reinterpret_cast<uint16_t*>(out + L.v_zero_off());
+  uint8_t* ks = out + L.k_scale_off();
+  uint8_t* kz = out + L.k_zero_off();
+  uint8_t* vs = out + L.v_scale_off();
+  uint8_t* vz = out + L.v_zero_off();
   const size_t row_bytes = size_t(d) * L.bits / 8;
   for (int h = 0; h < H; ++h) {
     // Keys: one (scale, zero) per channel over the window's tokens.
@@ -80,8 +80,8 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
       float s, z;
       uint16_t s16, z16;
       params(lo, hi, levels, &s16, &z16, &s, &z);
-      ks[h * d + c] = s16;
-      kz[h * d + c] = z16;
+      store_f16_bits(ks, size_t(h) * d + c, s16);
+      store_f16_bits(kz, size_t(h) * d + c, z16);
       for (int t = 0; t < n_tokens; ++t)
         put_code(kc + (size_t(h) * W + t) * row_bytes, c, L.bits,
                  code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, levels));
@@ -96,8 +96,8 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
         uint16_t s16, z16;
         params(lo, hi, levels, &s16, &z16, &s, &z);
         const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
-        vs[p] = s16;
-        vz[p] = z16;
+        store_f16_bits(vs, p, s16);
+        store_f16_bits(vz, p, z16);
         for (int c = g0; c < g0 + g; ++c)
           put_code(vc + (size_t(h) * W + t) * row_bytes, c, L.bits, code_of(row[c], s, z, levels));
       }
@@ -150,12 +150,13 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
                             float* k_pre, float* v) {
   const int d = L.head_dim, W = L.window, g = L.g();
   const size_t row_bytes = size_t(d) * L.bits / 8;
-  const auto* ks = reinterpret_cast<const uint16_t*>(win + L.k_scale_off()) + size_t(h) * d;
-  const auto* kz = reinterpret_cast<const uint16_t*>(win + L.k_zero_off()) + size_t(h) * d;
-  const auto* vs = reinterpret_cast<const uint16_t*>(win + L.v_scale_off());
-  const auto* vz = reinterpret_cast<const uint16_t*>(win + L.v_zero_off());
+  const uint8_t* vs = win + L.v_scale_off();
+  const uint8_t* vz = win + L.v_zero_off();
   if (k_pre) {
-    float s[1024], z[1024];                 // head_dim <= 1024 (checked by the cache factory)
+    uint16_t ks[1024], kz[1024];  // head_dim <= 1024 (checked by the cache factory)
+    std::memcpy(ks, win + L.k_scale_off() + 2 * size_t(h) * d, 2 * size_t(d));  // any alignment
+    std::memcpy(kz, win + L.k_zero_off() + 2 * size_t(h) * d, 2 * size_t(d));
+    float s[1024], z[1024];
     half_to_f32(HalfType::kF16, ks, s, d);  // F16C / SIMD conversion
     half_to_f32(HalfType::kF16, kz, z, d);
     for (int t = 0; t < n_tokens; ++t) {
@@ -171,7 +172,7 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
       const uint8_t* row = win + L.v_codes_off() + (size_t(h) * W + t) * row_bytes;
       for (int g0 = 0; g0 < d; g0 += g) {
         const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
-        const float s = f16_to_f32(vs[p]), z = f16_to_f32(vz[p]);
+        const float s = f16_to_f32(load_f16_bits(vs, p)), z = f16_to_f32(load_f16_bits(vz, p));
         if (L.bits == 2)
           decode_run<2>(row, g0, g, s, z, v + size_t(t) * d);
         else

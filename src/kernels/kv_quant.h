@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/status.h"
 
@@ -39,6 +40,18 @@ struct QuantLayout {
   size_t v_scale_off() const { return k_zero_off() + 2 * k_params(); }
   size_t v_zero_off() const { return v_scale_off() + 2 * v_params(); }
 };
+
+// The f16 scale/zero i of the array at p. Windows may start at any byte (a pool slot, a
+// caller's buffer), so scales and zeros are read and written byte-wise, never through a
+// uint16_t pointer.
+inline uint16_t load_f16_bits(const uint8_t* p, size_t i) {
+  uint16_t v;
+  std::memcpy(&v, p + 2 * i, sizeof v);
+  return v;
+}
+inline void store_f16_bits(uint8_t* p, size_t i, uint16_t v) {
+  std::memcpy(p + 2 * i, &v, sizeof v);
+}
 
 // Quantizes a window. k_pre: f32 [window][n_kv_heads][head_dim] pre-RoPE keys;
 // v: f32 [window][n_kv_heads][head_dim]; n_tokens <= window (missing tokens code as zero and

@@ -98,19 +98,22 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
   const int d = L.head_dim, W = L.window, bits = L.bits;
   assert(rope.head_dim() == d && d <= 1024 && W <= rope.limit());
   const size_t row_bytes = size_t(d) * bits / 8;
-  const auto* ks = reinterpret_cast<const uint16_t*>(win + L.k_scale_off()) + size_t(h) * d;
-  const auto* kz = reinterpret_cast<const uint16_t*>(win + L.k_zero_off()) + size_t(h) * d;
+  const uint8_t* ks = win + L.k_scale_off() + 2 * size_t(h) * d;  // any alignment: LoadU/memcpy
+  const uint8_t* kz = win + L.k_zero_off() + 2 * size_t(h) * d;
   HWY_ALIGN float s[1024], z[1024], pre[1024], cwide[1024], swide[1024];
   {
     const hl::Rebind<hwy::float16_t, LbTag> dh;
     int c = 0;
     for (; c + N <= d; c += N) {
-      hl::Store(hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(ks + c))),
-                df, s + c);
-      hl::Store(hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(kz + c))),
-                df, z + c);
+      hl::Store(
+          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(ks + 2 * c))), df,
+          s + c);
+      hl::Store(
+          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(kz + 2 * c))), df,
+          z + c);
     }
-    for (; c < d; ++c) s[c] = f16_to_f32(ks[c]), z[c] = f16_to_f32(kz[c]);
+    for (; c < d; ++c)
+      s[c] = f16_to_f32(load_f16_bits(ks, c)), z[c] = f16_to_f32(load_f16_bits(kz, c));
   }
   const CodeUnpacker unpack(bits);
   const RopeParams& rp = rope.params();
@@ -154,15 +157,15 @@ inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, f
   const int N = static_cast<int>(hl::Lanes(df));
   const int d = L.head_dim, W = L.window, bits = L.bits, g = L.g(), ng = d / g;
   const size_t row_bytes = size_t(d) * bits / 8;
-  const auto* vs = reinterpret_cast<const uint16_t*>(win + L.v_scale_off());
-  const auto* vz = reinterpret_cast<const uint16_t*>(win + L.v_zero_off());
+  const uint8_t* vs = win + L.v_scale_off();
+  const uint8_t* vz = win + L.v_zero_off();
   const CodeUnpacker unpack(bits);
   for (int t = 0; t < n; ++t) {
     const uint8_t* row = win + L.v_codes_off() + (size_t(h) * W + t) * row_bytes;
     float* out = v + t * ldv;
     for (int gi = 0; gi < ng; ++gi) {
       const size_t pi = (size_t(h) * W + t) * ng + gi;
-      const float s = f16_to_f32(vs[pi]), z = f16_to_f32(vz[pi]);
+      const float s = f16_to_f32(load_f16_bits(vs, pi)), z = f16_to_f32(load_f16_bits(vz, pi));
       const int c0 = gi * g, c1 = c0 + g;
       int c = c0;
       if (c0 % N == 0) {
