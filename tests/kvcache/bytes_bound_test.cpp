@@ -3,6 +3,8 @@
 // budget plus a stated constant, and nothing it holds grows with the positions: the RoPE
 // table has a fixed size, evicted windows' entries are dropped, pools give chunks back and
 // attention scratch is bounded by the batch.
+#include "common/bytes_bound.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -60,19 +62,7 @@ TEST(TieredBytesHeld, WithinBudgetPlusConstantAndFlatFrom8KTo16K) {
     KvReport rep;
     c.report(&rep);
     const size_t budget = rep.budget.total * size_t(s.n_layers);
-    // The constant: per cache, the fixed RoPE table (levels × 256 rows × head_dim × cos and
-    // sin, f32: 2 levels = 64 KiB here, 256 KiB for head_dim 64) and the object itself; per
-    // layer, at most one partly used pool chunk per tier (≤ SlotPool::kChunkBytes each:
-    // pools give memory back by whole chunks), the window entries of the windows the budget
-    // can hold (K_f + K_q + local + one chunk's, ×2 for vector growth) and the attention and
-    // routing scratch over them (block refs, masses, candidates: < 200 B per kept window).
-    const KvBudget& b = rep.budget;
-    const size_t kept = size_t(b.capacity_full + b.capacity_quant + b.local_windows + 512 / 8 + 2);
-    const size_t rope_bytes = size_t(2) * 256 * s.head_dim * 2 * sizeof(float);
-    const size_t constant =
-        rope_bytes + size_t(16 << 10) +
-        size_t(s.n_layers) * (2 * SlotPool::kChunkBytes + kept * 2 * sizeof(WindowStore::Window)) +
-        kept * 200;
+    const size_t constant = bytes_held_constant(s, rep.budget);
     std::mt19937 rng(77);
     size_t held_8k = 0;
     int64_t n_past = 0;
