@@ -144,7 +144,7 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
     generated.push_back(tok);
     for (auto& v : vs) {
       v.cache->report(&v.report, ReportDetail::kTiers);
-      v.tiers = v.report.position_tiers;
+      v.tiers = std::move(v.report.position_tiers);  // the report is refreshed before its next use
     }
     std::vector<BatchSegment> segs;
     segs.push_back({&full, &tok, 1, false, full_logits.data()});

@@ -13,6 +13,7 @@
 // by (KV head, run of queries, range of blocks) and merges the partial states.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +48,17 @@ struct FusedAttnParams {
   // Masses per token instead of per block: block_ml then holds one (m, l) per token, in
   // block order (per-token scores such as H2O's, FullKV's attention observer).
   bool token_ml = false;
+
+  // The fields every cache sets alike: KV type, GQA group, head_dim and the softmax scale
+  // 1/sqrt(head_dim).
+  static FusedAttnParams make(HalfType dtype, int group, int head_dim) {
+    FusedAttnParams p;
+    p.dtype = dtype;
+    p.group = group;
+    p.head_dim = head_dim;
+    p.scale = 1.0f / std::sqrt(float(head_dim));
+    return p;
+  }
 };
 
 // Accumulates blocks[0..n_blocks) into the states of nq query tokens at positions

@@ -65,11 +65,7 @@ void FullKvCache::attend(int layer, const float* q, const float* k, const float*
       r.v = page.v.data() + size_t(h) * kPageTokens * d;
       r.ld = d;
     }
-  FusedAttnParams fp;
-  fp.dtype = dtype_;
-  fp.group = g;
-  fp.head_dim = d;
-  fp.scale = 1.0f / std::sqrt(float(d));
+  FusedAttnParams fp = FusedAttnParams::make(dtype_, g, d);
   fp.token_ml = observer_ != nullptr;  // the observer wants every position's probability
   if (observer_) mass_.assign(size_t(hkv * total), 0.0);
   attend_blocks(fp, hkv, q, qw, n_new_, n_past_, blocks_.data(), head_off_.data(), out,

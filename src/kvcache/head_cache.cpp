@@ -94,11 +94,7 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
   head_off_[H] = int64_t(blocks_.size());
   int64_t n_rows = 0;
   for (int h = 0; h < H; ++h) n_rows += head(layer, h).n();
-  FusedAttnParams fp;
-  fp.dtype = p_.dtype;
-  fp.group = g;
-  fp.head_dim = d;
-  fp.scale = 1.0f / std::sqrt(float(d));
+  FusedAttnParams fp = FusedAttnParams::make(p_.dtype, g, d);
   fp.token_ml = true;
   reserve_capped(mass_, size_t(n_rows), size_t(H) * steady);
   mass_.assign(size_t(n_rows), 0.0);
@@ -237,17 +233,24 @@ void HeadKvCache::report(KvReport* out, ReportDetail detail) const {
   out->routing_events = routing_events_;
   out->per_head = true;
   out->unit_tokens = 1;
+  // Counts from the kept positions alone (as position_tiers classifies them: the sink and
+  // local ranges are local, other kept positions full, the rest evicted), so a summary costs
+  // O(kept), not O(n_past), per head.
+  const int64_t n = n_past_;
+  const int64_t sink_end = std::min<int64_t>(budget_.sink, n);
+  const int64_t local_begin = std::max<int64_t>(n - budget_.local, sink_end);
+  const int64_t n_local = sink_end + (n - local_begin);
   std::vector<Tier> tiers;
   for (int l = 0; l < shape_.n_layers; ++l) {
     KvLayerReport r;
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       const HeadStore& s = head(l, h);
-      position_tiers(l, h, &tiers);
-      for (Tier t : tiers) {
-        r.windows_local += t == Tier::kLocal;
-        r.windows_full += t == Tier::kFull;
-        r.windows_evicted += t == Tier::kEvicted;
-      }
+      int64_t n_full = 0;
+      for (int32_t p : s.pos) n_full += p < n && p >= sink_end && p < local_begin;
+      r.windows_local += n_local;
+      r.windows_full += n_full;
+      r.windows_evicted += n - n_local - n_full;
+      if (detail == ReportDetail::kTiers) position_tiers(l, h, &tiers);
       r.bytes_full += size_t(s.n()) * budget_.head_token_bytes;
       r.bytes_allocated += (s.k.capacity() + s.v.capacity()) * sizeof(uint16_t) +
                            s.pos.capacity() * sizeof(int32_t) + s.score.capacity() * sizeof(double);

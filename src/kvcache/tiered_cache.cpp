@@ -35,11 +35,7 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   const int64_t nb = int64_t(block_window_.size());
   head_off_.resize(size_t(H) + 1);
   for (int h = 0; h <= H; ++h) head_off_[h] = h * nb;
-  FusedAttnParams fp;
-  fp.dtype = p_.dtype;
-  fp.group = shape_.group();
-  fp.head_dim = shape_.head_dim;
-  fp.scale = 1.0f / std::sqrt(float(shape_.head_dim));
+  FusedAttnParams fp = FusedAttnParams::make(p_.dtype, shape_.group(), shape_.head_dim);
   fp.qlayout = &qlayout_;
   fp.rope = &rope_;
   mass_.assign(size_t(nb), 0.0);

@@ -70,6 +70,7 @@ class H2O {
   int64_t evictions() const { return report_of(*c_).total().evictions; }
   size_t bytes_in_use(int l) const { return report_of(*c_).layers[size_t(l)].bytes_budgeted; }
   bool per_head_tiers() const { return report_of(*c_).per_head; }
+  const HeadKvCache& cache() const { return *c_; }
   void position_tiers(int l, int h, std::vector<Tier>* out) const {
     *out = report_of(*c_, ReportDetail::kTiers).position_tiers[size_t(l * heads_ + h)];
   }
@@ -500,6 +501,19 @@ TEST(HeadKvCache, PositionTiersMatchKeptSetsAndHeldBytesSettle) {
           }
         }
       }
+    }
+    // The summary's counts (computed from the kept sets alone) equal the per-position tiers'.
+    const KvReport sum = report_of(c->cache());
+    const KvReport det = report_of(c->cache(), ReportDetail::kTiers);
+    for (int l = 0; l < s.n_layers; ++l) {
+      int64_t want[3] = {0, 0, 0};  // local, full, evicted
+      for (int h = 0; h < s.n_kv_heads; ++h)
+        for (Tier t : det.position_tiers[size_t(l * s.n_kv_heads + h)])
+          ++want[t == Tier::kLocal ? 0 : t == Tier::kFull ? 1 : 2];
+      const KvLayerReport& r = sum.layers[size_t(l)];
+      ASSERT_EQ(r.windows_local, want[0]) << "call " << call << " layer " << l;
+      ASSERT_EQ(r.windows_full, want[1]) << "call " << call << " layer " << l;
+      ASSERT_EQ(r.windows_evicted, want[2]) << "call " << call << " layer " << l;
     }
     ASSERT_GT(c->bytes_held(), size_t(0));
     if (call == 30) settled = c->bytes_held();  // 28 decode steps of warm-up
