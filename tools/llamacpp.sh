@@ -41,21 +41,9 @@ if built; then
   exit 0
 fi
 
-# Build tools, installed the way tools/setup.sh installs its packages.
-pkgs=(build-essential cmake python3 python3-pip ca-certificates)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "llamacpp: installing ${missing[*]}" >&2
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  if ! { $sudo_cmd apt-get update -qq >&2 &&
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >&2; }; then
-    die "could not install ${missing[*]}; install them by hand: apt-get install ${missing[*]}"
-  fi
-fi
+# Build tools, installed as tools/setup.sh installs its packages.
+"$here/apt_install.sh" llamacpp build-essential cmake python3 python3-pip ca-certificates ||
+  die "the build tools are missing"
 command -v cmake >/dev/null || die "cmake is missing (apt-get install cmake)"
 command -v c++ >/dev/null || die "no C++ compiler (apt-get install build-essential)"
 
