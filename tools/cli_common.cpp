@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -127,6 +128,18 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
       ->check(CLI::IsMember({"sum", "age"}));
   app.add_flag("--kv-strict-ledger", p.strict_ledger,
                "charge ledger copies held by promoted windows to the budget");
+  app.add_option("--prefill-route", p.prefill_route,
+                 "when budgeted caches route the prompt: chunk (after every prefill chunk; peak "
+                 "memory = budget + one chunk) or end (hold the whole prompt in full precision, "
+                 "route once when it is in; the paper's code; peak memory = the prompt)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"chunk", "end"}));
+  app.add_option("--prefill-window", p.prefill_window,
+                 "with --prefill-route end on windowed caches: 0 ranks the prompt by the "
+                 "cumulative attention of all its queries (Eq. 1); N > 0 by the last N queries "
+                 "only (SnapKV's observation window, w = 32 in its code)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   if (!cache) return;
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");
   app.add_option("--kv-trace", p.trace_path,
@@ -154,7 +167,8 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
   cache.report(&r);
   std::fprintf(stderr, "kv-stats: %s\n", r.describe.c_str());
   const KvLayerReport tot = r.total();
-  std::fprintf(stderr, "kv-stats: bytes held by the cache: %.2f MiB", r.bytes_held / 1048576.0);
+  std::fprintf(stderr, "kv-stats: bytes held by the cache: %.2f MiB (peak %.2f MiB)",
+               r.bytes_held / 1048576.0, std::max(r.peak_bytes_held, r.bytes_held) / 1048576.0);
   if (r.budget.budgeted()) {
     std::fprintf(stderr, " | budgeted bytes in use %zu of a budget of %zu B/layer (worst layer)",
                  tot.bytes_budgeted, r.budget.total);

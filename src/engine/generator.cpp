@@ -49,6 +49,9 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     if (segs.empty()) break;
     QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
   }
+  // The prompts are in: a cache with --prefill-route end compresses now, once (SPEC §4),
+  // before the first token is sampled from the logits of the full-cache prefill.
+  for (auto& r : requests) QEVICT_RETURN_IF_ERROR(r.cache->end_prompt());
   st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
   // Decode: sample from the latest logits, then one forward over all live sequences.

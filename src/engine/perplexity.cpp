@@ -76,6 +76,8 @@ Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int
         }
       }
       i += step;
+      // The batched part is the prompt: --prefill-route end compresses here (SPEC §4).
+      if (i == pre) QEVICT_RETURN_IF_ERROR(cache->end_prompt());
       if (progress) progress(c0 + i, n);
     }
   }

@@ -54,6 +54,8 @@ Expected<KvCacheParams> variant_params(const std::string& name, const DiagnoseOp
     p.route_every = defaults.route_every;
     p.q = defaults.q;
     p.score = defaults.score;
+    // --prefill-route applies to every variant; the observation window only to windowed ones.
+    if (row->kind != CacheKind::kWindowed) p.prefill_window = 0;
     QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, KvParamsGiven{}));
   } else {
     std::string known = "R1, R2, R3, R4";
@@ -122,6 +124,8 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
     QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
     if (progress) progress(call + 1, total_calls);
   }
+  // The prompt is in: variants with --prefill-route end compress now (SPEC §4).
+  for (auto& v : vs) QEVICT_RETURN_IF_ERROR(v.cache->end_prompt());
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t_start).count();
   for (auto& v : vs) {
     snapshot(v, NL);

@@ -108,6 +108,7 @@ void FullKvCache::report(KvReport* out, ReportDetail detail) const {
   out->policy = "full";
   out->describe = describe();
   out->bytes_held = bytes_held();
+  out->peak_bytes_held = out->bytes_held;  // pages are only added until clear()
   for (int l = 0; l < shape_.n_layers; ++l) {
     KvLayerReport r;
     r.windows_full = n_past_;

@@ -166,6 +166,7 @@ Status HeadKvCache::route() {
   trim(blocks_, size_t(shape_.n_kv_heads) * steady);
   ++routing_events_;
   steps_since_route_ = 0;
+  prompt_pending_ = false;
   routed_below_ = std::max<int64_t>(n_past_ - budget_.local, 0);
   return Status::ok();
 }
@@ -175,11 +176,23 @@ Status HeadKvCache::commit() {
   n_past_ += n_new_;
   n_new_ = 0;
   ++steps_since_route_;
-  // Routing events: after every prefill chunk and every Ω decode steps (as TieredKvCache).
+  peak_bytes_ = std::max(peak_bytes_, bytes_held());
+  // Routing events: after every prefill chunk and every Ω decode steps (as TieredKvCache);
+  // with --prefill-route end, once when the prompt is complete (at end_prompt(), or at the
+  // first decode step for callers that do not say).
   if (chunk) attn_.trim();  // a chunk's attention scratch is far larger than decode's
+  if (p_.prefill_route == "end") {
+    if (chunk) {
+      prompt_pending_ = true;
+      return Status::ok();
+    }
+    if (prompt_pending_) return route();
+  }
   if (chunk || steps_since_route_ >= p_.route_every) return route();
   return Status::ok();
 }
+
+Status HeadKvCache::end_prompt() { return prompt_pending_ ? route() : Status::ok(); }
 
 void HeadKvCache::clear() {
   for (HeadStore& s : heads_) {
@@ -192,6 +205,8 @@ void HeadKvCache::clear() {
   steps_since_route_ = 0;
   routed_below_ = 0;
   routing_events_ = evictions_ = 0;
+  peak_bytes_ = 0;
+  prompt_pending_ = false;
 }
 
 size_t HeadKvCache::bytes_held() const {
@@ -230,6 +245,7 @@ void HeadKvCache::report(KvReport* out, ReportDetail detail) const {
   out->describe = describe();
   out->budget = budget_;
   out->bytes_held = bytes_held();
+  out->peak_bytes_held = std::max(peak_bytes_, out->bytes_held);
   out->routing_events = routing_events_;
   out->per_head = true;
   out->unit_tokens = 1;

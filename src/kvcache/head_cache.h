@@ -11,7 +11,10 @@
 // A routing event (after every prefill chunk and every Ω decode steps; H2O: Ω = 1) asks the
 // RoutingPolicy (H2OPolicy) which older tokens stay and compacts the storage; evicted tokens
 // never come back. Between routing events the cache holds up to one prefill chunk (or Ω - 1
-// decode tokens) more than C.
+// decode tokens) more than C. With --prefill-route end (SPEC §4) prefill chunks route
+// nothing: every head holds the whole prompt until end_prompt() (or the first decode step)
+// routes it once, ranked by H2O's own score, the attention accumulated from every prompt
+// query (H2O's rule has no observation window, so --prefill-window does not apply).
 #pragma once
 
 #include <memory>
@@ -39,6 +42,7 @@ class HeadKvCache final : public SequenceKvCache {
   void attend(int layer, const float* q, const float* k, const float* v, float* out,
               ThreadPool& pool) override;
   Status commit() override;
+  Status end_prompt() override;
   Status route() override;
   void clear() override;
   size_t bytes_held() const override;
@@ -77,6 +81,8 @@ class HeadKvCache final : public SequenceKvCache {
   int steps_since_route_ = 0;
   int64_t routed_below_ = 0;  // positions < this had left the recent window at the last routing
   int64_t routing_events_ = 0, evictions_ = 0;
+  size_t peak_bytes_ = 0;        // most bytes held after any call (before its routing)
+  bool prompt_pending_ = false;  // --prefill-route end: prompt committed, not routed yet
   // Routing scratch (reused).
   RoutingRequest request_;
   RoutingPlan plan_;

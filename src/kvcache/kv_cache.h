@@ -50,10 +50,17 @@ class SequenceKvCache {
                       ThreadPool& pool) = 0;
 
   // Ends the call: n_past += n_new. A cache with a routing policy then runs a routing
-  // event when one is due — after a prefill chunk (a call with more than one token) and
-  // every Ω decode steps — exactly as route() does. Errors only when a policy's plan does
-  // not fit the budget (nothing is changed then).
+  // event when one is due — after a prefill chunk (a call with more than one token; with
+  // --prefill-route end, not until the prompt ends) and every Ω decode steps — exactly as
+  // route() does. Errors only when a policy's plan does not fit the budget (nothing is
+  // changed then).
   virtual Status commit() = 0;
+
+  // The prompt is complete (the caller has committed its last prefill chunk). A cache that
+  // defers prefill routing (--prefill-route end, SPEC §4) runs its one routing event over
+  // the whole prompt now; a cache that is not told routes at the first decode step instead.
+  // Otherwise, and when nothing is pending, it does nothing.
+  virtual Status end_prompt() { return Status::ok(); }
 
   // Runs a routing event now: the policy plans every layer, the store checks each plan
   // against the budget and applies it (evict → demote → promote). Caches without a policy

@@ -14,7 +14,18 @@ Status KvCacheParams::validate() const {
   if (!row)
     return Status::error(
         fmt::format("unknown KV policy '{}' (known: {})", policy, policy_names(", ")));
+  if (prefill_route != "chunk" && prefill_route != "end")
+    return Status::error(
+        fmt::format("--prefill-route must be chunk or end, got '{}'", prefill_route));
+  if (prefill_window < 0 || prefill_window > 4096)
+    return Status::error(
+        fmt::format("--prefill-window must be in [0, 4096], got {}", prefill_window));
+  if (prefill_window > 0 && prefill_route != "end")
+    return Status::error("--prefill-window scores the one routing of --prefill-route end");
   if (row->kind == CacheKind::kFull) return Status::ok();
+  if (prefill_window > 0 && row->kind != CacheKind::kWindowed)
+    return Status::error(fmt::format(
+        "--prefill-window applies to windowed caches; {} ranks by its own score", policy));
   // Whether a budget was given (and only one form) is compute_budget's check (budget.cpp).
   if (budget_fraction < 0.0 || std::isnan(budget_fraction))
     return Status::error("--kv-budget must be positive");

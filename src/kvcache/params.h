@@ -30,6 +30,16 @@ struct KvCacheParams {
   // How qevict ranks windows (QEvictPolicy, SPEC §2): "sum" = the cumulative score S̄(w)
   // (paper Eq. 1); "age" = S̄(w) per query token that has seen the window.
   std::string score = "sum";
+  // When a budgeted cache routes during prefill (SPEC §4): "chunk" after every prefill chunk
+  // (peak bytes ≤ budget + one chunk, whatever the prompt); "end" holds the whole prompt in
+  // full precision and routes once, when the prompt is complete (SequenceKvCache::end_prompt,
+  // or the first decode step): the paper's own code, peak bytes = the prompt.
+  std::string prefill_route = "chunk";
+  // How that one "end" routing ranks windows (windowed caches): 0 = the cumulative score S̄
+  // of every prompt query (Eq. 1, what SPEC §2 makes the default); N > 0 = the attention mass
+  // the last N prompt queries put on each window only (SnapKV's observation window, w = 32 in
+  // init_snapkv, BASELINES.md), after which scores restart from that mass.
+  int prefill_window = 0;
   std::string trace_path;  // --kv-trace: JSONL record per routing event and layer
 
   // Checks every field, and the policy's own rules (its registry row).

@@ -37,6 +37,9 @@ struct KvReport {
   std::string describe;   // one line
   KvBudget budget;        // kind kFull: no budget
   size_t bytes_held = 0;  // everything the cache object holds (pools, tables, scratch)
+  // The most it held after any forward call, before that call's routing (0: not tracked):
+  // budget + one chunk with --prefill-route chunk, the whole prompt with end.
+  size_t peak_bytes_held = 0;
   int64_t routing_events = 0;
   double route_seconds = 0.0;         // all routing events
   double route_seconds_decode = 0.0;  // routing triggered by decode steps

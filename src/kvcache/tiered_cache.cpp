@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace qevict {
@@ -18,7 +19,8 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       qlayout_{p_.bits, shape.n_kv_heads, shape.head_dim, p_.window, p_.value_group},
       rope_(shape.rope, shape.head_dim, n_ctx),
       store_(shape, budget, qlayout_, p_.dtype, &rope_),
-      trace_(std::move(trace)) {}
+      trace_(std::move(trace)),
+      defer_prefill_(p_.prefill_route == "end") {}
 
 Status TieredKvCache::begin(int64_t n_new) {
   QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
@@ -35,13 +37,44 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   const int64_t nb = int64_t(block_window_.size());
   head_off_.resize(size_t(H) + 1);
   for (int h = 0; h <= H; ++h) head_off_[h] = h * nb;
-  FusedAttnParams fp = FusedAttnParams::make(p_.dtype, shape_.group(), shape_.head_dim);
-  fp.qlayout = &qlayout_;
-  fp.rope = &rope_;
+  const FusedAttnParams fp = fused_params();
   mass_.assign(size_t(nb), 0.0);
   attend_blocks(fp, H, q, shape_.q_width(), n_new_, n_past_, blocks_.data(), head_off_.data(), out,
                 mass_.data(), MassLayout::kSumOverHeads, attn_, pool);
+  if (observing()) return observe(layer, q, pool);
   // S̄(w) += (1/H_q) Σ_h Σ_τ Σ_{i∈w} a_τ^h(i): masses were summed over heads and tokens.
+  const double inv_hq = 1.0 / shape_.n_q_heads;
+  for (int64_t b = 0; b < nb; ++b) store_.add_score(layer, block_window_[b], mass_[b] * inv_hq);
+}
+
+FusedAttnParams TieredKvCache::fused_params() const {
+  FusedAttnParams fp = FusedAttnParams::make(p_.dtype, shape_.group(), shape_.head_dim);
+  fp.qlayout = &qlayout_;
+  fp.rope = &rope_;
+  return fp;
+}
+
+void TieredKvCache::observe(int layer, const float* q, ThreadPool& pool) {
+  // SnapKV's observation window (tiered_cache.h): the last N queries of the prompt so far,
+  // which may span this call and earlier ones.
+  const int64_t N = p_.prefill_window, qw = shape_.q_width();
+  obs_q_.resize(size_t(shape_.n_layers) * N * qw);
+  float* ring = obs_q_.data() + size_t(layer) * N * qw;
+  const int64_t kept = std::min(obs_n_, N - std::min(n_new_, N));  // older rows that stay
+  const int64_t fresh = std::min(n_new_, N);
+  std::copy(ring + (obs_n_ - kept) * qw, ring + obs_n_ * qw, ring);
+  std::copy(q + (n_new_ - fresh) * qw, q + n_new_ * qw, ring + kept * qw);
+  const int64_t n_obs = kept + fresh;
+  // The window's queries sit at positions [n_past + n_new − n_obs, n_past + n_new): causal
+  // attention over the blocks of the whole cache (attention_blocks already covers them).
+  const int64_t nb = int64_t(block_window_.size());
+  const FusedAttnParams fp = fused_params();
+  obs_out_.resize(size_t(n_obs) * qw);
+  mass_.assign(size_t(nb), 0.0);
+  attend_blocks(fp, shape_.n_kv_heads, ring, qw, n_obs, n_past_ + n_new_ - n_obs, blocks_.data(),
+                head_off_.data(), obs_out_.data(), mass_.data(), MassLayout::kSumOverHeads, attn_,
+                pool);
+  store_.reset_scores(layer);
   const double inv_hq = 1.0 / shape_.n_q_heads;
   for (int64_t b = 0; b < nb; ++b) store_.add_score(layer, block_window_[b], mass_[b] * inv_hq);
 }
@@ -51,6 +84,7 @@ Status TieredKvCache::route_event(bool decode) {
   if (trace_) trace_->on_event_begin(routing_events_, n_past_, decode);
   for (int l = 0; l < shape_.n_layers; ++l) {
     store_.candidates(l, n_past_, &request_);
+    request_.scores_from = scores_from_;
     policy_->plan(request_, &plan_);
     const Status s = store_.apply(l, request_, plan_);
     if (!s)
@@ -64,13 +98,46 @@ Status TieredKvCache::route_event(bool decode) {
   return Status::ok();
 }
 
-Status TieredKvCache::route() { return route_event(false); }
+Status TieredKvCache::route() {
+  if (prompt_pending_) return route_prompt();
+  return route_event(false);
+}
+
+Status TieredKvCache::route_prompt() {
+  prompt_pending_ = false;
+  if (p_.prefill_window > 0) {
+    // Scores now hold the observation window's mass only (observe()); the age ranking
+    // divides by the queries that made them.
+    scores_from_ = n_past_ - obs_n_;
+    obs_n_ = 0;
+    std::vector<float>().swap(obs_q_);  // held only while the prompt is read
+    std::vector<float>().swap(obs_out_);
+  }
+  return route_event(false);
+}
+
+Status TieredKvCache::end_prompt() {
+  if (!prompt_pending_) return Status::ok();
+  return route_prompt();
+}
 
 Status TieredKvCache::commit() {
   const bool chunk = n_new_ > 1;
+  if (observing()) obs_n_ = std::min<int64_t>(p_.prefill_window, obs_n_ + n_new_);
   n_past_ += n_new_;
   n_new_ = 0;
   ++steps_since_route_;
+  peak_bytes_ = std::max(peak_bytes_, bytes_held());
+  if (defer_prefill_) {
+    // --prefill-route end: hold the prompt; route it at end_prompt() or, for callers that
+    // do not say, at the first decode step (the paper's code compresses there).
+    if (chunk) {
+      attn_.trim();
+      prompt_pending_ = true;
+      return Status::ok();
+    }
+    if (prompt_pending_) return route_prompt();
+  }
   // Routing events: after every prefill chunk and every Ω decode steps (SPEC §1).
   if (chunk) {
     attn_.trim();  // a chunk's attention scratch is far larger than decode's
@@ -86,6 +153,11 @@ void TieredKvCache::clear() {
   n_past_ = n_new_ = 0;
   steps_since_route_ = 0;
   routing_events_ = 0;
+  peak_bytes_ = 0;
+  prompt_pending_ = false;
+  scores_from_ = obs_n_ = 0;
+  std::vector<float>().swap(obs_q_);
+  std::vector<float>().swap(obs_out_);
 }
 
 size_t TieredKvCache::bytes_held() const {
@@ -95,7 +167,8 @@ size_t TieredKvCache::bytes_held() const {
          mass_.capacity() * sizeof(double) + blocks_.capacity() * sizeof(KvBlockRef) +
          block_window_.capacity() * sizeof(int32_t) + head_off_.capacity() * sizeof(int64_t) +
          request_.candidates.capacity() * sizeof(RoutingCandidate) +
-         plan_.entries.capacity() * sizeof(PlanEntry);
+         plan_.entries.capacity() * sizeof(PlanEntry) +
+         (obs_q_.capacity() + obs_out_.capacity()) * sizeof(float);
 }
 
 std::string TieredKvCache::describe() const {
@@ -113,6 +186,7 @@ void TieredKvCache::report(KvReport* out, ReportDetail detail) const {
   out->describe = describe();
   out->budget = budget_;
   out->bytes_held = bytes_held();
+  out->peak_bytes_held = std::max(peak_bytes_, out->bytes_held);
   out->routing_events = routing_events_;
   out->route_seconds = clock_.seconds;
   out->route_seconds_decode = clock_.seconds_decode;

@@ -4,6 +4,21 @@
 // accumulates into the window's score (Eq. 1). After every prefill chunk and every Ω decode
 // steps — or when route() is called — the RoutingPolicy plans each layer and the store
 // checks the plan against the budget and applies it.
+//
+// --prefill-route end (SPEC §4): prefill chunks route nothing — every prompt window stays in
+// full precision in the local tier, so bytes held peak at the whole prompt — and the prompt
+// is routed once, at end_prompt() or else at the first decode step (what the paper's code
+// does), by one of two scores:
+//   prefill_window 0  the cumulative S̄ of every prompt query (Eq. 1 unchanged; SPEC §2
+//                     makes it the default, and decode-time routing goes on ranking by it);
+//   prefill_window N  the attention of the last N prompt queries only (SnapKV's observation
+//                     window: snapkv_utils.py:L38-70, w = 32 in init_snapkv L72-81). The
+//                     last N queries are kept and, after each prefill call, attend once more
+//                     over the cache; their masses replace the scores (summed per ω-token
+//                     window, which pools as SnapKV's kernel-5/7 avgpool does along the key
+//                     axis, so no separate pool). The scores then restart from that mass:
+//                     keeping the prompt's S̄ would let the first decode routing evict, by the
+//                     haystack's cumulative mass, what the question pointed to.
 #pragma once
 
 #include <memory>
@@ -33,6 +48,7 @@ class TieredKvCache final : public SequenceKvCache {
   void attend(int layer, const float* q, const float* k, const float* v, float* out,
               ThreadPool& pool) override;
   Status commit() override;
+  Status end_prompt() override;
   Status route() override;
   void clear() override;
   size_t bytes_held() const override;
@@ -42,6 +58,17 @@ class TieredKvCache final : public SequenceKvCache {
  private:
   friend class TieredKvCacheTestPeer;  // tests/kvcache: drives the store directly
   Status route_event(bool decode);
+  // The one routing event of a deferred prompt (--prefill-route end).
+  Status route_prompt();
+  // Whether this call's queries belong to the prompt's observation window.
+  bool observing() const {
+    return defer_prefill_ && p_.prefill_window > 0 && (n_new_ > 1 || prompt_pending_);
+  }
+  // Keeps layer's last prefill_window queries (of q, this call's) and makes them the layer's
+  // window scores: one more attention pass over the cache.
+  void observe(int layer, const float* q, ThreadPool& pool);
+  // The attention kernel's parameters for this cache (low-bit layout and RoPE table).
+  FusedAttnParams fused_params() const;
 
   KvShape shape_;
   int64_t n_ctx_;
@@ -56,6 +83,14 @@ class TieredKvCache final : public SequenceKvCache {
   int64_t n_past_ = 0, n_new_ = 0;
   int steps_since_route_ = 0;
   int64_t routing_events_ = 0;
+  size_t peak_bytes_ = 0;  // most bytes held after any call (before its routing)
+  // --prefill-route end.
+  bool defer_prefill_ = false;   // prefill_route == "end"
+  bool prompt_pending_ = false;  // prompt tokens committed, not routed yet
+  int64_t scores_from_ = 0;      // RoutingRequest::scores_from
+  int64_t obs_n_ = 0;            // queries kept in obs_q_ (≤ prefill_window)
+  std::vector<float> obs_q_;     // f32 [n_layers][prefill_window][q_width], oldest first
+  std::vector<float> obs_out_;   // f32 [prefill_window][q_width], discarded outputs
   // Routing scratch (reused).
   RoutingRequest request_;
   RoutingPlan plan_;

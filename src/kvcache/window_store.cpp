@@ -135,6 +135,10 @@ void WindowStore::add_score(int layer, int32_t id, double mass) {
   if (Window* w = find(layers_[layer], id)) w->score += mass;
 }
 
+void WindowStore::reset_scores(int layer) {
+  for (Window& w : layers_[layer].windows) w.score = 0.0;
+}
+
 void WindowStore::candidates(int layer, int64_t n_past, RoutingRequest* req) const {
   const Layer& L = layers_[layer];
   const int64_t aged = budget_.aged_windows(n_past);

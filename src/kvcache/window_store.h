@@ -53,6 +53,9 @@ class WindowStore {
                         std::vector<int32_t>* block_window) const;
   // Adds attention mass to a window's score (id -1: the sink).
   void add_score(int layer, int32_t id, double mass);
+  // Sets every window's score of a layer to 0 (a prompt-end observation window restarts
+  // the scores, --prefill-window).
+  void reset_scores(int layer);
 
   // The candidates of a routing event at n_past: aged windows not yet evicted, oldest first.
   void candidates(int layer, int64_t n_past, RoutingRequest* req) const;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/real_model_fixture.h"
+#include "engine/generator.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/params.h"
@@ -85,6 +86,44 @@ TEST_F(TieredModel, SmallBudgetRoutesAndStaysWithinBudget) {
   EXPECT_GT(s.layers[0].windows_quant, 0);
   EXPECT_GT(s.layers[0].windows_evicted, 0);
   EXPECT_GT(s.routing_events, 20);
+}
+
+// --prefill-route end on the real model through the generation loop: the 640-token prompt
+// is held in full (the peak shows it), compressed once when it is in, and from then on the
+// cache holds ≤ budget while decode goes on routing (SPEC §3–4).
+TEST_F(TieredModel, PrefillRouteEndHoldsThePromptThenTheBudget) {
+  for (int window : {0, 32}) {
+    KvCacheParams p;
+    p.policy = "qevict";
+    p.budget_fraction = 0.2;
+    p.prefill_route = "end";
+    p.prefill_window = window;
+    auto c = make_kv_cache(model_->kv_shape(), 680, p);
+    ASSERT_TRUE(c.has_value()) << c.error();
+    std::vector<GenerationRequest> reqs(1);
+    reqs[0].cache = c->get();
+    reqs[0].prompt.assign(tokens_.begin(), tokens_.begin() + 640);
+    reqs[0].n_predict = 1;  // sampled from the prefill's logits: no decode call yet
+    GenerateOptions go;
+    go.prefill_chunk = 256;
+    ASSERT_TRUE(generate(*model_, pool_, reqs, go, nullptr, nullptr).is_ok());
+    KvReport r;
+    (*c)->report(&r);
+    EXPECT_EQ(r.routing_events, 1) << "window " << window;
+    for (int l = 0; l < model_->config().n_layers; ++l)
+      EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total) << "layer " << l;
+    // The prompt was held in full: every token's K and V in 16 bits, in every layer.
+    EXPECT_GE(r.peak_bytes_held, 640 * r.budget.token_bytes * r.layers.size());
+    EXPECT_LT(r.bytes_held, r.peak_bytes_held);
+    // Decode on: routing every Ω, within budget + the window that may age in between.
+    reqs[0].prompt.assign(1, reqs[0].output[0]);
+    reqs[0].n_predict = 24;
+    ASSERT_TRUE(generate(*model_, pool_, reqs, go, nullptr, nullptr).is_ok());
+    (*c)->report(&r);
+    EXPECT_GE(r.routing_events, 3);
+    for (int l = 0; l < model_->config().n_layers; ++l)
+      EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total + r.budget.window_full);
+  }
 }
 
 // A policy added by a test alone (one class, one registry row) runs the real model through

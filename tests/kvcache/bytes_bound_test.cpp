@@ -1,8 +1,8 @@
-// Bytes held = budget (SPEC §3, issue 9 item 2): a budgeted tiered cache driven through
-// make_kv_cache to 16,384 positions (prefill in chunks, then decode steps) holds at most its
-// budget plus a stated constant, and nothing it holds grows with the positions: the RoPE
-// table has a fixed size, evicted windows' entries are dropped, pools give chunks back and
-// attention scratch is bounded by the batch.
+// Bytes held = budget (SPEC §3, issue 9 item 2; --prefill-route chunk): a budgeted tiered
+// cache driven through make_kv_cache to 16,384 positions (prefill in chunks, then decode
+// steps) holds at most its budget plus a stated constant, and nothing it holds grows with
+// the positions: the RoPE table has a fixed size, evicted windows' entries are dropped, pools
+// give chunks back and attention scratch is bounded by the batch.
 #include "common/bytes_bound.h"
 
 #include <gtest/gtest.h>
@@ -56,6 +56,9 @@ TEST(TieredBytesHeld, WithinBudgetPlusConstantAndFlatFrom8KTo16K) {
     // and 16K are both in steady state.
     p.budget_fraction = 0.05;
     p.strict_ledger = strict;
+    // Budget + constant from the first chunk on is --prefill-route chunk's bound; end holds
+    // the whole prompt until its one routing event (prefill_route_test.cpp).
+    p.prefill_route = "chunk";
     auto made = make_kv_cache(s, n_ctx, p);
     ASSERT_TRUE(made.has_value()) << made.error();
     SequenceKvCache& c = **made;

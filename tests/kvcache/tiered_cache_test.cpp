@@ -71,6 +71,9 @@ TEST(TieredKvCache, BytesStayWithinBudgetAfterEveryRoutingEvent) {
       p.budget_fraction = 0.2;
       p.q = q;
       p.strict_ledger = strict;
+      // ≤ budget after every prefill chunk is --prefill-route chunk's invariant (SPEC §3);
+      // end holds the whole prompt until it routes once (prefill_route_test.cpp).
+      p.prefill_route = "chunk";
       const int64_t n_ctx = 1200;
       auto c = make(d.shape, n_ctx, p);
       ASSERT_NE(c, nullptr);
@@ -117,6 +120,7 @@ TEST(TieredKvCache, OtherWindowSizesKeepTheBudget) {
       p.budget_fraction = 0.3;
       p.window = window;
       p.q = q;
+      p.prefill_route = "chunk";  // the bound after each prefill chunk is chunk's
       auto c = make(d.shape, 500, p);
       ASSERT_NE(c, nullptr);
       int64_t pos = 0;

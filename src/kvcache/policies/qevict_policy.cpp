@@ -9,7 +9,8 @@ void QEvictPolicy::plan(const RoutingRequest& req, RoutingPlan* plan) {
   const auto& in = req.candidates;
   const RoutingBudget& b = req.budget;
   rank_.resize(in.size());
-  for (size_t i = 0; i < in.size(); ++i) rank_[i] = rank_score(mode_, in[i], req.n_past);
+  for (size_t i = 0; i < in.size(); ++i)
+    rank_[i] = rank_score(mode_, in[i], req.n_past, req.scores_from);
   order_.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) order_[i] = static_cast<int32_t>(i);
   std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t c) {

@@ -7,8 +7,10 @@
 //
 // The score a window is ranked by (SPEC §2):
 //   kSum  its cumulative score S̄(w) (Eq. 1), the paper's;
-//   kAge  S̄(w) divided by the query tokens that have seen it, n_past − pos0 (at least 1):
-//         the mean attention per step, SPEC §2's first fix for young-window bias.
+//   kAge  S̄(w) divided by the query tokens that have seen it, n_past − pos0 (at least 1;
+//         n_past − scores_from for windows older than a prompt-end observation window that
+//         restarted the scores): the mean attention per step, SPEC §2's first fix for
+//         young-window bias.
 #pragma once
 
 #include <algorithm>
@@ -25,10 +27,11 @@ class QEvictPolicy final : public RoutingPolicy {
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "qevict"; }
 
-  // What a candidate is ranked by at position n_past.
-  static double rank_score(ScoreMode mode, const RoutingCandidate& c, int64_t n_past) {
-    return mode == ScoreMode::kAge ? c.score / double(std::max<int64_t>(1, n_past - c.pos0))
-                                   : c.score;
+  // What a candidate is ranked by at position n_past; `scores_from` as in RoutingRequest.
+  static double rank_score(ScoreMode mode, const RoutingCandidate& c, int64_t n_past,
+                           int64_t scores_from = 0) {
+    const int64_t seen = n_past - std::max(c.pos0, scores_from);
+    return mode == ScoreMode::kAge ? c.score / double(std::max<int64_t>(1, seen)) : c.score;
   }
 
  private:

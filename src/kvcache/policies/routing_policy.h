@@ -28,6 +28,10 @@ struct RoutingCandidate {
 
 struct RoutingRequest {
   int64_t n_past = 0;  // tokens seen when the event runs
+  // Scores hold the attention of the queries at positions >= scores_from only (0: every
+  // query; a prompt-end observation window, --prefill-window, restarts them): what a
+  // per-query normalisation (--kv-score age) divides by.
+  int64_t scores_from = 0;
   std::vector<RoutingCandidate> candidates;
   RoutingBudget budget;
 };

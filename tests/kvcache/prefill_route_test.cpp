@@ -1,0 +1,266 @@
+// --prefill-route end (SPEC §4): the windowed and per-head caches route nothing while the
+// prompt is read, route exactly once when it ends (end_prompt() or the first decode step),
+// and hold ≤ budget afterwards; a needle window that only the question (the last queries)
+// attends to survives with `end` and is evicted with `chunk`; `chunk` is unchanged by the
+// end_prompt() hook.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kvcache/cache_peers.h"
+#include "kvcache/factory.h"
+#include "kvcache/params.h"
+#include "kvcache/policies/qevict_policy.h"
+
+namespace qevict {
+namespace {
+
+KvShape shape() {
+  KvShape s;
+  s.n_layers = 2;
+  s.n_q_heads = 2;
+  s.n_kv_heads = 1;
+  s.head_dim = 16;
+  s.rope.n_rot = 16;
+  s.rope.freq_base = 10000.0f;
+  return s;
+}
+
+std::unique_ptr<SequenceKvCache> make(const KvShape& s, int64_t n_ctx, const KvCacheParams& p) {
+  auto c = make_kv_cache(s, n_ctx, p);
+  EXPECT_TRUE(c.has_value()) << c.error();
+  return c.has_value() ? std::move(*c) : nullptr;
+}
+
+// A haystack with one needle (see NeedleDriver::rows): what each token carries.
+enum class Role { kRandom, kHaystack, kQuestion };
+
+// Builds the q/k/v rows of a call from a token's position and role, the same for every layer:
+//   sink keys      3·e1 (haystack queries put much of their mass there, as in real models)
+//   haystack keys  e1 + 0.3·noise,  values noise
+//   needle keys    4·e0 (positions [needle0, needle0 + 8): one ω-window), values 10·e5
+//   haystack query 8·e1 + noise: logit 2 on the haystack, 6 on the sink, ~0 on the needle
+//   question query 6·e0: logit 6 on the needle, ~0 elsewhere (the question reads the needle)
+struct NeedleDriver {
+  KvShape s = shape();
+  int64_t needle0 = 5 + 2 * 8;  // window 2, early in the prompt
+  std::mt19937 rng{2024};
+  std::normal_distribution<float> noise{0.0f, 1.0f};
+
+  // One forward call of n tokens from position n_past; returns layer 0's output.
+  std::vector<float> call(SequenceKvCache& c, int64_t n, Role role, ThreadPool& pool) {
+    const int64_t p0 = c.n_past();
+    const int qw = s.q_width(), kw = s.kv_width(), d = s.head_dim;
+    std::vector<float> q(size_t(n) * qw, 0.0f), k(size_t(n) * kw, 0.0f), v(k.size(), 0.0f),
+        o(q.size()), o0;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t pos = p0 + t;
+      float* kt = k.data() + t * kw;
+      float* vt = v.data() + t * kw;
+      if (role == Role::kRandom) {
+        for (int i = 0; i < kw; ++i) kt[i] = 2.0f * noise(rng), vt[i] = noise(rng);
+        for (int i = 0; i < qw; ++i) q[size_t(t) * qw + i] = 2.0f * noise(rng);
+        continue;
+      }
+      if (pos < 5) {
+        kt[1] = 3.0f;
+      } else if (pos >= needle0 && pos < needle0 + 8) {
+        kt[0] = 4.0f;
+        vt[5] = 10.0f;
+      } else {
+        kt[1] = 1.0f;
+        for (int i = 2; i < d; ++i) kt[i] = 0.3f * noise(rng);
+        for (int i = 0; i < d; ++i) vt[i] = noise(rng);
+        vt[5] = 0.0f;
+      }
+      for (int h = 0; h < s.n_q_heads; ++h) {
+        float* qt = q.data() + size_t(t) * qw + h * d;
+        if (role == Role::kQuestion) {
+          qt[0] = 6.0f;
+        } else {
+          qt[1] = 8.0f;
+          for (int i = 2; i < d; ++i) qt[i] = 0.3f * noise(rng);
+        }
+      }
+    }
+    EXPECT_TRUE(c.begin(n).is_ok());
+    for (int l = 0; l < s.n_layers; ++l) {
+      c.attend(l, q.data(), k.data(), v.data(), o.data(), pool);
+      if (l == 0) o0 = o;
+    }
+    EXPECT_TRUE(c.commit().is_ok());
+    return o0;
+  }
+};
+
+KvCacheParams qevict_params(const std::string& route, int window = 0) {
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 0.2;
+  p.prefill_route = route;
+  p.prefill_window = window;
+  return p;
+}
+
+// The prompt in chunks of 100 (400 tokens), nothing routed; then end_prompt() routes once.
+TEST(PrefillRouteEnd, RoutesNothingUntilThePromptEndsThenOnce) {
+  NeedleDriver d;
+  ThreadPool pool(2);
+  for (const std::string policy : {"qevict", "h2o"}) {
+    for (int window : {0, 32}) {
+      if (policy == "h2o" && window > 0) continue;  // H2O ranks by its own cumulative score
+      SCOPED_TRACE(policy + " window " + std::to_string(window));
+      KvCacheParams p = qevict_params("end", window);
+      p.policy = policy;
+      KvParamsGiven given;
+      ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
+      auto c = make(d.s, 420, p);
+      ASSERT_NE(c, nullptr);
+      size_t held_before = 0;
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        d.call(*c, 100, Role::kRandom, pool);
+        const KvReport r = report_of(*c);
+        EXPECT_EQ(r.routing_events, 0) << "after chunk " << chunk;
+        EXPECT_EQ(r.total().evictions, 0);
+        EXPECT_EQ(r.total().demotions, 0);
+        held_before = r.bytes_held;
+      }
+      KvReport r = report_of(*c);
+      // The whole prompt is held in 16 bits: far more than the budget (SPEC §4's price).
+      EXPECT_GT(r.layers[0].bytes_budgeted, r.budget.total);
+      EXPECT_GE(r.peak_bytes_held, held_before);
+      ASSERT_TRUE(c->end_prompt().is_ok());
+      r = report_of(*c);
+      EXPECT_EQ(r.routing_events, 1);
+      EXPECT_GT(r.total().evictions, 0);
+      for (int l = 0; l < d.s.n_layers; ++l) EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total);
+      EXPECT_LT(r.bytes_held, held_before) << "pools give the prompt's memory back";
+      EXPECT_GE(r.peak_bytes_held, held_before) << "the peak stays visible";
+      ASSERT_TRUE(c->end_prompt().is_ok());  // nothing pending: no second event
+      EXPECT_EQ(report_of(*c).routing_events, 1);
+      // Decode: routing every Ω as before.
+      for (int t = 0; t < 16; ++t) d.call(*c, 1, Role::kRandom, pool);
+      r = report_of(*c);
+      EXPECT_EQ(r.routing_events, 1 + 16 / p.route_every);
+      for (int l = 0; l < d.s.n_layers; ++l) EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total);
+    }
+  }
+}
+
+// A caller that never calls end_prompt(): the first decode step routes the prompt (what the
+// paper's code does), once.
+TEST(PrefillRouteEnd, FirstDecodeStepRoutesWhenNotTold) {
+  NeedleDriver d;
+  ThreadPool pool(1);
+  for (int window : {0, 32}) {
+    auto c = make(d.s, 420, qevict_params("end", window));
+    ASSERT_NE(c, nullptr);
+    for (int chunk = 0; chunk < 3; ++chunk) d.call(*c, 128, Role::kRandom, pool);
+    EXPECT_EQ(report_of(*c).routing_events, 0);
+    d.call(*c, 1, Role::kRandom, pool);
+    const KvReport r = report_of(*c);
+    EXPECT_EQ(r.routing_events, 1) << "window " << window;
+    for (int l = 0; l < d.s.n_layers; ++l) EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total);
+  }
+}
+
+// The needle: window 2 gets almost no attention from the haystack queries and nearly all of
+// the question's (the last 32 prompt tokens). With `chunk` it is evicted long before the
+// question is read; with `end` (either score) it survives the one routing event, and a
+// question asked at decode time reads its value back.
+TEST(PrefillRouteEnd, NeedleSeenOnlyByTheQuestionSurvivesEndNotChunk) {
+  ThreadPool pool(2);
+  struct Case {
+    std::string route;
+    int window;
+    bool survives;
+  };
+  for (const Case& cs : {Case{"chunk", 0, false}, Case{"end", 0, true}, Case{"end", 32, true}}) {
+    SCOPED_TRACE(cs.route + " window " + std::to_string(cs.window));
+    NeedleDriver d;
+    auto c = make(d.s, 440, qevict_params(cs.route, cs.window));
+    ASSERT_NE(c, nullptr);
+    for (int chunk = 0; chunk < 4; ++chunk) d.call(*c, 92, Role::kHaystack, pool);
+    d.call(*c, 32, Role::kQuestion, pool);  // the prompt ends with the question
+    ASSERT_TRUE(c->end_prompt().is_ok());
+    const KvReport r = report_of(*c, ReportDetail::kTiers);
+    for (int l = 0; l < d.s.n_layers; ++l) {
+      EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total);
+      const Tier t = r.position_tiers[size_t(l)][size_t(d.needle0)];
+      EXPECT_EQ(t != Tier::kEvicted, cs.survives) << "layer " << l << " tier " << int(t);
+    }
+    EXPECT_GT(r.total().evictions, 0) << "the budget must force a choice";
+    if (cs.route == "end")
+      EXPECT_EQ(r.routing_events, 1);
+    else
+      EXPECT_EQ(r.routing_events, 5);
+    // Ask again while decoding: the needle's value (10·e5) comes back only if it was kept.
+    const std::vector<float> o = d.call(*c, 1, Role::kQuestion, pool);
+    if (cs.survives)
+      EXPECT_GT(o[5], 5.0f);
+    else
+      EXPECT_LT(std::fabs(o[5]), 1.0f);
+  }
+}
+
+// `chunk` (the default) is untouched by the end_prompt() hook: same outputs bit for bit,
+// same routing events, whether or not the caller says the prompt has ended.
+TEST(PrefillRouteChunk, EndPromptHookChangesNothing) {
+  ThreadPool pool(2);
+  for (const std::string policy : {"qevict", "h2o"}) {
+    KvCacheParams p = qevict_params("chunk");
+    p.policy = policy;
+    ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+    NeedleDriver da, db;
+    auto a = make(da.s, 420, p), b = make(db.s, 420, p);
+    for (int chunk = 0; chunk < 3; ++chunk) {
+      da.call(*a, 100, Role::kRandom, pool);
+      db.call(*b, 100, Role::kRandom, pool);
+    }
+    ASSERT_TRUE(b->end_prompt().is_ok());
+    for (int t = 0; t < 20; ++t) {
+      const auto oa = da.call(*a, 1, Role::kRandom, pool);
+      const auto ob = db.call(*b, 1, Role::kRandom, pool);
+      ASSERT_EQ(oa, ob) << policy << " step " << t;
+    }
+    EXPECT_EQ(report_of(*a).routing_events, report_of(*b).routing_events);
+    EXPECT_EQ(report_of(*a).routing_events, 3 + 20 / p.route_every) << policy;
+  }
+}
+
+TEST(PrefillRoute, ParamsAreValidated) {
+  KvCacheParams p = qevict_params("chunk");
+  EXPECT_TRUE(p.validate().is_ok());
+  p.prefill_route = "late";
+  EXPECT_FALSE(p.validate().is_ok());
+  p.prefill_route = "chunk";
+  p.prefill_window = 32;  // the window scores the one routing of `end`
+  EXPECT_FALSE(p.validate().is_ok());
+  p.prefill_route = "end";
+  EXPECT_TRUE(p.validate().is_ok());
+  p.prefill_window = -1;
+  EXPECT_FALSE(p.validate().is_ok());
+  p.prefill_window = 32;
+  p.policy = "h2o";  // per-head: H2O's own score
+  EXPECT_FALSE(p.validate().is_ok());
+  p.prefill_window = 0;
+  EXPECT_TRUE(p.validate().is_ok());
+}
+
+// After a prompt-end observation window restarted the scores, --kv-score age divides a
+// window's score by the queries since the window's start, not since the window was written.
+TEST(PrefillRoute, AgeRankCountsQueriesSinceTheScoresRestarted) {
+  RoutingCandidate c;
+  c.score = 3.0;
+  c.pos0 = 100;
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kAge, c, 1000, 0), 3.0 / 900);
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kAge, c, 1000, 968), 3.0 / 32);
+  c.pos0 = 980;  // younger than the window: its own age
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kAge, c, 1000, 968), 3.0 / 20);
+  EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kSum, c, 1000, 968), 3.0);
+}
+
+}  // namespace
+}  // namespace qevict
