@@ -177,6 +177,7 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
                               j.value("variant", ""), j.value("budget", 0.0),
                               j.value("sample", 0)));
   }
+  if (opts.prompts_only) done.clear();  // prompts of every cell, run or not
   // A run killed while writing leaves a partial last line: start the next on a fresh line.
   bool needs_newline = false;
   {
@@ -186,9 +187,10 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
       needs_newline = in.get() != '\n';
     }
   }
-  std::ofstream out(path, std::ios::app);
+  std::ofstream out(opts.prompts_only ? opts.out_dir + "/prompts.jsonl" : path,
+                    opts.prompts_only ? std::ios::trunc : std::ios::app);
   if (!out) return Status::error(fmt::format("{}: cannot open for writing", path));
-  if (needs_newline) out << "\n";
+  if (needs_newline && !opts.prompts_only) out << "\n";
 
   EvalProgress pr;
   pr.total =
@@ -224,6 +226,28 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
         if (!sample) return sample.status();
         auto prompt = formatter.encode(sample->input, sample->answer_prefix);
         if (!prompt) return prompt.status();
+        if (opts.prompts_only) {
+          auto text = formatter.render(sample->input, sample->answer_prefix);
+          if (!text) return text.status();
+          json j{{"task", task},
+                 {"length", length},
+                 {"sample", si},
+                 {"seed", sample->seed},
+                 {"prompt_tokens", prompt->size()},
+                 {"haystack_units", sample->haystack_units},
+                 {"max_new_tokens", sample->max_new_tokens},
+                 {"expected", sample->expected},
+                 {"prompt", *text}};
+          out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+          out.flush();
+          pr.run_done += int64_t(pending.size());
+          pr.done += int64_t(pending.size());
+          pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+          pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
+          pr.last = fmt::format("{} {} #{}: prompt of {} tokens", task, length, si, prompt->size());
+          if (progress) progress(pr);
+          continue;
+        }
         const int64_t n_ctx = int64_t(prompt->size()) + sample->max_new_tokens;
         std::vector<std::unique_ptr<SequenceKvCache>> caches;
         std::vector<GenerationRequest> reqs;

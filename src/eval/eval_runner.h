@@ -42,6 +42,9 @@ struct EvalOptions {
   uint64_t seed = 0;  // base of every sample's seed (ruler_seed)
   std::string out_dir;
   std::string model_name;  // recorded on every line; a rerun into the same DIR must match
+  // Only build the prompts (DIR/prompts.jsonl: the rendered prompt, its tokens, the expected
+  // answers): to read what the model would see, or time generation, without running it.
+  bool prompts_only = false;
   Status validate() const;
 };
 

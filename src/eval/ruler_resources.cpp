@@ -32,9 +32,14 @@ Expected<std::string> read_text_file(const std::string& path) {
 }
 
 std::vector<std::string> prose_words(const std::string& text, const std::string& start) {
-  size_t from = start.empty() ? std::string::npos : text.find(start);
+  // No-break spaces (U+00A0, UTF-8 c2 a0) count as spaces: the Jargon File writes
+  // "Chapter\u00a01.\u00a0Hacker Slang".
+  std::string t = text;
+  for (size_t p = t.find("\xc2\xa0"); p != std::string::npos; p = t.find("\xc2\xa0", p))
+    t.replace(p, 2, " ");
+  size_t from = start.empty() ? std::string::npos : t.find(start);
   if (from == std::string::npos) from = 0;
-  std::istringstream in(text.substr(from));
+  std::istringstream in(t.substr(from));
   std::vector<std::string> words;
   std::string w;
   while (in >> w) {

@@ -17,7 +17,8 @@ Expected<std::string> read_text_file(const std::string& path);
 
 // The words of `text` (split on whitespace) from the first occurrence of `start` on (the whole
 // text when `start` is empty or absent), without tokens that hold no letter or digit (rules,
-// box drawing). RULER likewise collapses its essays' whitespace before splitting.
+// box drawing). No-break spaces count as whitespace. RULER likewise collapses its essays'
+// whitespace before splitting.
 std::vector<std::string> prose_words(const std::string& text, const std::string& start);
 
 // Distinct lines of `text` made of 3 to 10 lowercase ASCII letters, sorted (drops proper

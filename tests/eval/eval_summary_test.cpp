@@ -144,6 +144,10 @@ TEST(RulerResources, PlainAndGzipFilesAndFilters) {
   EXPECT_EQ(prose_words(text, "Chapter 1."),
             (std::vector<std::string>{"Chapter", "1.", "It", "starts", "here.", "Then", "more."}));
   EXPECT_EQ(prose_words(text, "absent").front(), "Contents");
+  EXPECT_EQ(prose_words("Toc Chapter\xc2\xa0"
+                        "1.\xc2\xa0Go on.",
+                        "Chapter 1. Go"),
+            (std::vector<std::string>{"Chapter", "1.", "Go", "on."}));
   EXPECT_EQ(plain_words("zebra\nab\nAlice\ndon't\nzebra\napple\nextraordinarily\n"),
             (std::vector<std::string>{"apple", "zebra"}));
   std::filesystem::remove_all(dir);
