@@ -14,5 +14,6 @@ Runner add_perplexity(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_diagnose(CLI::App& app);
+Runner add_eval(CLI::App& app);
 
 }  // namespace qevict::cli

@@ -1,4 +1,5 @@
-// qevict: command-line entry. Subcommands: generate, perplexity, tokenize, bench, diagnose.
+// qevict: command-line entry. Subcommands: generate, perplexity, tokenize, bench, diagnose,
+// eval.
 #include <cstdio>
 #include <map>
 
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
       qevict::cli::add_bench);
   add("diagnose", "the paper's diagnostics: FullKV vs R1-R4, StreamingLLM, H2O in lockstep",
       qevict::cli::add_diagnose);
+  add("eval", "RULER-style task suite over KV variants and budgets (resumable; JSONL + summary)",
+      qevict::cli::add_eval);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

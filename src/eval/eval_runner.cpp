@@ -1,0 +1,321 @@
+// The task-suite runner (see eval_runner.h).
+#include "eval/eval_runner.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "engine/generator.h"
+#include "eval/eval_summary.h"
+#include "kvcache/factory.h"
+#include "kvcache/registry.h"
+
+namespace qevict::eval {
+
+using json = nlohmann::json;
+
+Status EvalOptions::validate() const {
+  if (tasks.empty()) return Status::error("no tasks given");
+  for (const auto& t : tasks)
+    if (!is_ruler_task(t)) return Status::error(fmt::format("unknown task '{}'", t));
+  if (lengths.empty()) return Status::error("no lengths given");
+  for (int64_t l : lengths)
+    if (l < 256) return Status::error(fmt::format("length {} is too short (at least 256)", l));
+  if (n_samples <= 0) return Status::error("the number of samples must be positive");
+  if (variants.empty()) return Status::error("no variants given");
+  for (double b : budgets)
+    if (!(b > 0.0)) return Status::error(fmt::format("budget {} must be positive", b));
+  if (prefill_chunk <= 0) return Status::error("prefill chunk must be positive");
+  if (out_dir.empty()) return Status::error("no output directory given");
+  return Status::ok();
+}
+
+namespace {
+
+// Applies "key=value" of a variant spec to p and marks it as given.
+Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
+  const size_t eq = kv.find('=');
+  if (eq == std::string::npos) return Status::error(fmt::format("'{}' is not key=value", kv));
+  const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+  auto to_int = [&](int* dst, bool* given) -> Status {
+    try {
+      size_t used = 0;
+      *dst = std::stoi(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+    } catch (const std::exception&) {
+      return Status::error(fmt::format("{}: '{}' is not an integer", k, v));
+    }
+    if (given) *given = true;
+    return Status::ok();
+  };
+  if (k == "score") {
+    if (v != "sum" && v != "age") return Status::error("score must be sum or age");
+    p->score = v;
+    return Status::ok();
+  }
+  if (k == "q") {
+    try {
+      size_t used = 0;
+      p->q = std::stod(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+    } catch (const std::exception&) {
+      return Status::error(fmt::format("q: '{}' is not a number", v));
+    }
+    g->q = true;
+    return Status::ok();
+  }
+  if (k == "window") return to_int(&p->window, &g->window);
+  if (k == "route_every") return to_int(&p->route_every, &g->route_every);
+  if (k == "sink") return to_int(&p->sink, &g->sink);
+  if (k == "local") return to_int(&p->local, &g->local);
+  if (k == "bits") return to_int(&p->bits, &g->bits);
+  return Status::error(fmt::format(
+      "unknown variant option '{}' (score, q, window, route_every, sink, local, bits)", k));
+}
+
+std::string budget_str(double b) { return fmt::format("{:g}", b); }
+
+}  // namespace
+
+Expected<std::vector<EvalVariant>> expand_variants(const EvalOptions& o) {
+  std::vector<EvalVariant> out;
+  std::set<std::string> seen;
+  for (const auto& spec : o.variants) {
+    std::vector<std::string> parts;
+    std::stringstream ss(spec);
+    for (std::string part; std::getline(ss, part, ':');) parts.push_back(part);
+    if (parts.empty() || parts[0].empty())
+      return Status::error(fmt::format("empty variant in '{}'", spec));
+    const PolicyInfo* row = find_policy(parts[0]);
+    if (!row)
+      return Status::error(fmt::format("variant '{}': unknown policy '{}' (known: {})", spec,
+                                       parts[0], policy_names(", ")));
+    KvCacheParams p = o.base;
+    KvParamsGiven g = o.given;
+    p.policy = parts[0];
+    p.budget_bytes = 0;
+    p.trace_path.clear();
+    for (size_t i = 1; i < parts.size(); ++i) {
+      Status s = apply_option(parts[i], &p, &g);
+      if (!s) return Status::error(fmt::format("variant '{}': {}", spec, s.message()));
+    }
+    Status s = apply_policy_defaults(&p, g);
+    if (!s) return Status::error(fmt::format("variant '{}': {}", spec, s.message()));
+    const bool budgeted = row->kind != CacheKind::kFull;
+    for (double b : budgeted ? o.budgets : std::vector<double>{0.0}) {
+      EvalVariant v{spec, b, p};
+      v.params.budget_fraction = b;
+      s = v.params.validate();
+      if (!s) return Status::error(fmt::format("variant '{}': {}", spec, s.message()));
+      if (!seen.insert(spec + "@" + budget_str(b)).second)
+        return Status::error(fmt::format("variant '{}' is listed twice", spec));
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+std::string eval_cell_key(const std::string& task, int64_t length, const std::string& variant,
+                          double budget, int sample) {
+  return fmt::format("{}|{}|{}|{}|{}", task, length, variant, budget_str(budget), sample);
+}
+
+Expected<PromptFormatter> PromptFormatter::from_model(const Model& model, const Tokenizer& tok) {
+  const std::string src = model.gguf().get_string_or("tokenizer.chat_template", "");
+  if (src.empty()) return PromptFormatter(&tok, nullptr);
+  auto ct = ChatTemplate::parse(src);
+  if (!ct) return Status::error("chat template: " + ct.error());
+  return PromptFormatter(&tok, std::make_shared<const ChatTemplate>(std::move(*ct)));
+}
+
+Expected<std::string> PromptFormatter::render(const std::string& input,
+                                              const std::string& answer_prefix) const {
+  const std::vector<ChatMessage> msgs{{"user", input}};
+  if (!tmpl_) return render_chatml(msgs, true) + answer_prefix;
+  auto r = tmpl_->render(msgs, true, tok_->token_to_piece(tok_->bos(), true),
+                         tok_->token_to_piece(tok_->eos(), true));
+  if (!r) return Status::error("chat template: " + r.error());
+  return *r + answer_prefix;
+}
+
+Expected<std::vector<int32_t>> PromptFormatter::encode(const std::string& input,
+                                                       const std::string& answer_prefix) const {
+  auto text = render(input, answer_prefix);
+  if (!text) return text.status();
+  return tok_->encode(*text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const RulerResources& res,
+                const EvalOptions& opts, const std::function<void(const EvalProgress&)>& progress) {
+  QEVICT_RETURN_IF_ERROR(opts.validate());
+  auto variants = expand_variants(opts);
+  if (!variants) return variants.status();
+  auto fmt_or = PromptFormatter::from_model(model, tok);
+  if (!fmt_or) return fmt_or.status();
+  const PromptFormatter& formatter = *fmt_or;
+
+  std::error_code ec;
+  std::filesystem::create_directories(opts.out_dir, ec);
+  if (ec) return Status::error(fmt::format("{}: cannot create: {}", opts.out_dir, ec.message()));
+  const std::string path = opts.out_dir + "/results.jsonl";
+  int64_t n_bad = 0;
+  auto old = read_eval_results(path, &n_bad);
+  if (!old) return old.status();
+  std::set<std::string> done;
+  for (const auto& j : *old) {
+    const std::string m = j.value("model", "");
+    if (!opts.model_name.empty() && m != opts.model_name)
+      return Status::error(
+          fmt::format("{} holds results of model '{}', not '{}': give another --out", path, m,
+                      opts.model_name));
+    done.insert(eval_cell_key(j.value("task", ""), j.value("length", int64_t(0)),
+                              j.value("variant", ""), j.value("budget", 0.0),
+                              j.value("sample", 0)));
+  }
+  if (opts.prompts_only) done.clear();  // prompts of every cell, run or not
+  // A run killed while writing leaves a partial last line: start the next on a fresh line.
+  bool needs_newline = false;
+  {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (in && in.tellg() > 0) {
+      in.seekg(-1, std::ios::end);
+      needs_newline = in.get() != '\n';
+    }
+  }
+  std::ofstream out(opts.prompts_only ? opts.out_dir + "/prompts.jsonl" : path,
+                    opts.prompts_only ? std::ios::trunc : std::ios::app);
+  if (!out) return Status::error(fmt::format("{}: cannot open for writing", path));
+  if (needs_newline && !opts.prompts_only) out << "\n";
+
+  EvalProgress pr;
+  pr.total =
+      int64_t(opts.lengths.size() * opts.tasks.size()) * opts.n_samples * int64_t(variants->size());
+  for (int64_t l : opts.lengths)
+    for (const auto& t : opts.tasks)
+      for (int s = 0; s < opts.n_samples; ++s)
+        for (const auto& v : *variants)
+          pr.skipped += done.count(eval_cell_key(t, l, v.spec, v.budget, s)) ? 1 : 0;
+  pr.done = pr.skipped;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  if (progress) progress(pr);
+
+  std::vector<int32_t> stop_tokens;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    if (tok.is_eog(id)) stop_tokens.push_back(id);
+  const PromptTokenCounter count = [&](const std::string& in,
+                                       const std::string& prefix) -> Expected<int64_t> {
+    auto ids = formatter.encode(in, prefix);
+    if (!ids) return ids.status();
+    return int64_t(ids->size());
+  };
+
+  for (int64_t length : opts.lengths) {
+    for (const auto& task : opts.tasks) {
+      for (int si = 0; si < opts.n_samples; ++si) {
+        std::vector<const EvalVariant*> pending;
+        for (const auto& v : *variants)
+          if (!done.count(eval_cell_key(task, length, v.spec, v.budget, si))) pending.push_back(&v);
+        if (pending.empty()) continue;
+        auto sample = make_ruler_sample(task, length, si, opts.seed, res, count);
+        if (!sample) return sample.status();
+        auto prompt = formatter.encode(sample->input, sample->answer_prefix);
+        if (!prompt) return prompt.status();
+        if (opts.prompts_only) {
+          auto text = formatter.render(sample->input, sample->answer_prefix);
+          if (!text) return text.status();
+          json j{{"task", task},
+                 {"length", length},
+                 {"sample", si},
+                 {"seed", sample->seed},
+                 {"prompt_tokens", prompt->size()},
+                 {"haystack_units", sample->haystack_units},
+                 {"max_new_tokens", sample->max_new_tokens},
+                 {"expected", sample->expected},
+                 {"prompt", *text}};
+          out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+          out.flush();
+          pr.run_done += int64_t(pending.size());
+          pr.done += int64_t(pending.size());
+          pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+          pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
+          pr.last = fmt::format("{} {} #{}: prompt of {} tokens", task, length, si, prompt->size());
+          if (progress) progress(pr);
+          continue;
+        }
+        const int64_t n_ctx = int64_t(prompt->size()) + sample->max_new_tokens;
+        std::vector<std::unique_ptr<SequenceKvCache>> caches;
+        std::vector<GenerationRequest> reqs;
+        for (const EvalVariant* v : pending) {
+          auto c = make_kv_cache(model.kv_shape(), n_ctx, v->params);
+          if (!c)
+            return Status::error(
+                fmt::format("{} at {}: {}", v->spec, budget_str(v->budget), c.error()));
+          caches.push_back(std::move(*c));
+          GenerationRequest r;
+          r.cache = caches.back().get();
+          r.prompt = *prompt;
+          r.n_predict = sample->max_new_tokens;
+          r.sampling.temperature = 0.0f;  // greedy, as RULER
+          r.stop_tokens = stop_tokens;
+          reqs.push_back(std::move(r));
+        }
+        GenerateOptions go;
+        go.prefill_chunk = opts.prefill_chunk;
+        GenerationStats st;
+        QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, &st));
+
+        std::string last = fmt::format("{} {} #{}:", task, length, si);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          const EvalVariant& v = *pending[i];
+          std::vector<int32_t> ids = reqs[i].output;
+          if (reqs[i].hit_stop && !ids.empty()) ids.pop_back();
+          const std::string text = tok.decode(ids);
+          const double score = score_ruler(sample->metric, text, sample->expected);
+          json j;
+          j["task"] = task;
+          j["length"] = length;
+          j["variant"] = v.spec;
+          j["budget"] = v.budget;
+          j["sample"] = si;
+          j["seed"] = sample->seed;
+          j["model"] = opts.model_name;
+          j["prompt_tokens"] = prompt->size();
+          j["haystack_units"] = sample->haystack_units;
+          j["max_new_tokens"] = sample->max_new_tokens;
+          j["n_generated"] = reqs[i].output.size();
+          j["hit_stop"] = reqs[i].hit_stop;
+          j["output"] = text;
+          j["expected"] = sample->expected;
+          j["score"] = score;
+          // Times are the batch's: all pending variants of this sample ran together.
+          j["batch"] = reqs.size();
+          j["prefill_seconds"] = st.prompt_seconds;
+          j["decode_seconds"] = st.decode_seconds;
+          j["bytes_held"] = caches[i]->bytes_held();
+          j["kv"] = caches[i]->describe();
+          out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+          done.insert(eval_cell_key(task, length, v.spec, v.budget, si));
+          last += fmt::format(" {}{}={:.2f}", v.spec,
+                              v.budget > 0 ? "@" + budget_str(v.budget) : "", score);
+        }
+        out.flush();
+        if (!out) return Status::error(fmt::format("{}: write failed", path));
+        pr.run_done += int64_t(reqs.size());
+        pr.done += int64_t(reqs.size());
+        pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+        pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
+        pr.last = last;
+        if (progress) progress(pr);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace qevict::eval

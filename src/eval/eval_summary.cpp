@@ -1,0 +1,202 @@
+// Summary tables of `qevict eval` results (see eval_summary.h).
+#include "eval/eval_summary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <tuple>
+
+namespace qevict::eval {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The fields every result line must have, with their types: a line without them is not ours.
+bool well_formed(const json& j) {
+  return j.is_object() && j.contains("task") && j["task"].is_string() && j.contains("length") &&
+         j["length"].is_number_integer() && j.contains("variant") && j["variant"].is_string() &&
+         j.contains("budget") && j["budget"].is_number() && j.contains("sample") &&
+         j["sample"].is_number_integer() && j.contains("score") && j["score"].is_number() &&
+         (!j.contains("model") || j["model"].is_string());
+}
+
+constexpr int kResamples = 2000;
+constexpr uint32_t kBootstrapSeed = 20240527u;
+
+// Uniform index in [0, n) from mt19937 by rejection (the standard distributions are
+// implementation-defined; this keeps intervals identical across standard libraries).
+size_t draw(std::mt19937& g, size_t n) {
+  const uint64_t range = uint64_t(1) << 32;
+  const uint64_t limit = range - range % n;
+  for (;;) {
+    const uint64_t x = g();
+    if (x < limit) return size_t(x % n);
+  }
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / double(v.size());
+}
+
+// 2.5 % and 97.5 % percentiles of a sorted vector (nearest rank).
+std::pair<double, double> percentiles(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[std::min(v.size() - 1, size_t(q * double(v.size())))]; };
+  return {at(0.025), at(0.975)};
+}
+
+// Bootstrap of the mean of the per-group means (one group: a plain bootstrap of the mean).
+std::pair<double, double> bootstrap(const std::vector<std::vector<double>>& groups) {
+  std::mt19937 g(kBootstrapSeed);
+  std::vector<double> stats(kResamples);
+  for (int r = 0; r < kResamples; ++r) {
+    double sum = 0.0;
+    for (const auto& grp : groups) {
+      double s = 0.0;
+      for (size_t i = 0; i < grp.size(); ++i) s += grp[draw(g, grp.size())];
+      sum += s / double(grp.size());
+    }
+    stats[size_t(r)] = sum / double(groups.size());
+  }
+  return percentiles(std::move(stats));
+}
+
+std::string pct(double x) { return fmt::format("{:.1f}", 100.0 * x); }
+
+std::string column_name(const std::string& variant, double budget) {
+  return budget > 0 ? fmt::format("{}@{:g}", variant, budget) : variant;
+}
+
+}  // namespace
+
+Expected<std::vector<json>> read_eval_results(const std::string& path, int64_t* n_bad) {
+  std::vector<json> out;
+  if (n_bad) *n_bad = 0;
+  std::ifstream in(path);
+  if (!in) {
+    if (std::filesystem::exists(path)) return Status::error(fmt::format("{}: cannot read", path));
+    return out;
+  }
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!well_formed(j)) {
+      if (n_bad) ++*n_bad;
+      continue;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<SummaryRow> summarize(const std::vector<json>& results) {
+  // (length, variant, budget) -> task -> scores
+  using Col = std::tuple<int64_t, std::string, double>;
+  std::map<Col, std::map<std::string, std::vector<double>>> by;
+  for (const auto& j : results)
+    by[{j["length"].get<int64_t>(), j["variant"].get<std::string>(), j["budget"].get<double>()}]
+      [j["task"].get<std::string>()]
+          .push_back(j["score"].get<double>());
+  std::vector<SummaryRow> rows;
+  for (const auto& [col, tasks] : by) {
+    const auto& [length, variant, budget] = col;
+    std::vector<std::vector<double>> groups;
+    double macro = 0.0;
+    int64_t n_all = 0;
+    for (const auto& [task, scores] : tasks) {
+      SummaryRow r{task, length, variant, budget, int64_t(scores.size()), mean_of(scores)};
+      std::tie(r.lo, r.hi) = bootstrap({scores});
+      rows.push_back(r);
+      groups.push_back(scores);
+      macro += r.mean;
+      n_all += r.n;
+    }
+    if (tasks.size() > 1) {
+      SummaryRow r{"macro", length, variant, budget, n_all, macro / double(tasks.size())};
+      std::tie(r.lo, r.hi) = bootstrap(groups);
+      rows.push_back(r);
+    }
+  }
+  std::sort(rows.begin(), rows.end(), [](const SummaryRow& a, const SummaryRow& b) {
+    auto key = [](const SummaryRow& r) {
+      return std::make_tuple(r.length, r.task == "macro", r.task, r.variant, r.budget);
+    };
+    return key(a) < key(b);
+  });
+  return rows;
+}
+
+std::string summary_csv(const std::vector<SummaryRow>& rows) {
+  std::string s = "task,length,variant,budget,n,mean,ci95_low,ci95_high\n";
+  for (const auto& r : rows)
+    s += fmt::format("{},{},{},{:g},{},{:.4f},{:.4f},{:.4f}\n", r.task, r.length, r.variant,
+                     r.budget, r.n, r.mean, r.lo, r.hi);
+  return s;
+}
+
+std::string summary_markdown(const std::vector<SummaryRow>& rows) {
+  std::string md =
+      "# qevict eval: RULER-style tasks\n\nScore in percent (string_match_all: share of the "
+      "expected strings found in the output), `mean [95 % interval] n`; intervals are "
+      "percentile bootstrap (2,000 resamples; for macro, resampled within each task). FullKV "
+      "has no budget; the others run at the budget after `@` (a fraction of the full cache for "
+      "prompt + generated tokens).\n";
+  std::map<int64_t, std::vector<const SummaryRow*>> by_len;
+  for (const auto& r : rows) by_len[r.length].push_back(&r);
+  for (const auto& [length, lr] : by_len) {
+    std::vector<std::string> cols, tasks;
+    std::map<std::pair<std::string, std::string>, const SummaryRow*> cell;
+    for (const SummaryRow* r : lr) {
+      const std::string c = column_name(r->variant, r->budget);
+      if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
+      if (std::find(tasks.begin(), tasks.end(), r->task) == tasks.end()) tasks.push_back(r->task);
+      cell[{r->task, c}] = r;
+    }
+    md += fmt::format("\n## {} tokens\n\n| task |", length);
+    for (const auto& c : cols) md += " " + c + " |";
+    md += "\n|---|";
+    for (size_t i = 0; i < cols.size(); ++i) md += "---|";
+    md += "\n";
+    for (const auto& t : tasks) {
+      md += t == "macro" ? "| **macro** |" : "| " + t + " |";
+      for (const auto& c : cols) {
+        auto it = cell.find({t, c});
+        if (it == cell.end()) {
+          md += " – |";
+          continue;
+        }
+        const SummaryRow& r = *it->second;
+        md += fmt::format(" {} [{}, {}] {} |", pct(r.mean), pct(r.lo), pct(r.hi), r.n);
+      }
+      md += "\n";
+    }
+  }
+  return md;
+}
+
+Expected<std::string> write_eval_summary(const std::string& out_dir) {
+  int64_t n_bad = 0;
+  auto res = read_eval_results(out_dir + "/results.jsonl", &n_bad);
+  if (!res) return res.status();
+  const auto rows = summarize(*res);
+  std::string md = summary_markdown(rows);
+  if (n_bad > 0)
+    md += fmt::format("\n{} line(s) of results.jsonl did not parse and were left out.\n", n_bad);
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"summary.csv", summary_csv(rows)},
+        {"summary.md", md}}) {
+    std::ofstream f(out_dir + "/" + name);
+    f << text;
+    if (!f) return Status::error(fmt::format("{}/{}: cannot write", out_dir, name));
+  }
+  return md;
+}
+
+}  // namespace qevict::eval

@@ -1,0 +1,42 @@
+// Reading `qevict eval`'s results.jsonl and summarising it: mean score per (task, variant,
+// budget, length) with n and a 95 % percentile-bootstrap interval (scores are recalls in
+// [0, 1], not all binary, so a binomial interval would not apply), plus a macro row per
+// (variant, budget, length) — the mean of the task means, its interval from a bootstrap that
+// resamples within each task. Written as summary.csv and summary.md.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace qevict::eval {
+
+// The complete lines of a results file (missing file: none). A line that does not parse — the
+// tail of a run killed while writing — is skipped and counted in *n_bad.
+Expected<std::vector<nlohmann::json>> read_eval_results(const std::string& path, int64_t* n_bad);
+
+struct SummaryRow {
+  std::string task;  // "macro" for the mean over tasks
+  int64_t length = 0;
+  std::string variant;
+  double budget = 0.0;
+  int64_t n = 0;                          // samples
+  double mean = 0.0, lo = 0.0, hi = 0.0;  // score in [0, 1] and its 95 % interval
+};
+
+// Rows sorted by length, task (macro last), variant, budget. Bootstrap: 2000 resamples, fixed
+// seed, so a summary is reproducible.
+std::vector<SummaryRow> summarize(const std::vector<nlohmann::json>& results);
+
+std::string summary_csv(const std::vector<SummaryRow>& rows);
+// One table per length: a row per task (and macro), a column per variant@budget, cells
+// "mean [lo, hi] n" in percent.
+std::string summary_markdown(const std::vector<SummaryRow>& rows);
+
+// Reads DIR/results.jsonl and writes DIR/summary.csv and DIR/summary.md; returns the markdown.
+Expected<std::string> write_eval_summary(const std::string& out_dir);
+
+}  // namespace qevict::eval

@@ -1,0 +1,93 @@
+// Reading haystack prose and word lists (see ruler_resources.h).
+#include "eval/ruler_resources.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+namespace qevict::eval {
+
+Expected<std::string> read_text_file(const std::string& path) {
+  // gzread passes plain files through unchanged, so one path reads both kinds.
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) return Status::error(fmt::format("{}: cannot open", path));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const int n = gzread(f, buf, sizeof buf);
+    if (n < 0) {
+      int code = 0;
+      std::string msg = gzerror(f, &code);
+      gzclose(f);
+      return Status::error(fmt::format("{}: read error: {}", path, msg));
+    }
+    if (n == 0) break;
+    out.append(buf, size_t(n));
+  }
+  gzclose(f);
+  return out;
+}
+
+std::vector<std::string> prose_words(const std::string& text, const std::string& start) {
+  // No-break spaces (U+00A0, UTF-8 c2 a0) count as spaces: the Jargon File writes
+  // "Chapter\u00a01.\u00a0Hacker Slang".
+  std::string t = text;
+  for (size_t p = t.find("\xc2\xa0"); p != std::string::npos; p = t.find("\xc2\xa0", p))
+    t.replace(p, 2, " ");
+  size_t from = start.empty() ? std::string::npos : t.find(start);
+  if (from == std::string::npos) from = 0;
+  std::istringstream in(t.substr(from));
+  std::vector<std::string> words;
+  std::string w;
+  while (in >> w) {
+    const bool has_alnum = std::any_of(w.begin(), w.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0;
+    });
+    if (has_alnum) words.push_back(w);
+  }
+  return words;
+}
+
+std::vector<std::string> plain_words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() < 3 || line.size() > 10) continue;
+    if (std::all_of(line.begin(), line.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+      out.push_back(line);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Expected<RulerResources> load_ruler_resources(const std::string& haystack_path,
+                                              const std::string& haystack_start,
+                                              const std::string& words_path) {
+  RulerResources r;
+  auto hay = read_text_file(haystack_path);
+  if (!hay)
+    return Status::error(hay.error() +
+                         " (the default haystack is Debian's jargon-text; tools/setup.sh "
+                         "installs it)");
+  r.essay_words = prose_words(*hay, haystack_start);
+  if (r.essay_words.size() < 1000)
+    return Status::error(fmt::format("{}: only {} words of prose; a haystack needs more",
+                                     haystack_path, r.essay_words.size()));
+  auto words = read_text_file(words_path);
+  if (!words)
+    return Status::error(words.error() +
+                         " (the default word list is Debian's wamerican; tools/setup.sh installs "
+                         "it)");
+  r.words = plain_words(*words);
+  if (r.words.size() < 1000)
+    return Status::error(fmt::format("{}: only {} plain lowercase words; a word list needs more",
+                                     words_path, r.words.size()));
+  return r;
+}
+
+}  // namespace qevict::eval

@@ -1,0 +1,84 @@
+// RULER-style synthetic long-context tasks (Hsieh et al., "RULER: What's the Real Context Size
+// of Your Long-Context Language Models?", arXiv 2404.06654; task definitions from NVIDIA/RULER
+// scripts/data/synthetic/{niah,variable_tracking,common_words_extraction,
+// freq_words_extraction}.py, constants.py and synthetic.yaml). Generated offline and
+// deterministically: every (task, length, sample) has its own fixed seed, and a sample is fitted
+// to its length in tokens of the model that will read it (via a caller-supplied counter).
+// qa_1/qa_2 are not built: they need SQuAD / HotpotQA, which no Debian or PyPI package ships.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace qevict::eval {
+
+// How a sample's output is scored against its expected strings (RULER's eval/synthetic
+// metrics): kMatchAll = share of the expected strings found in the output (string_match_all),
+// kMatchPart = 1 if any is found (string_match_part). Case-insensitive substring matches.
+enum class RulerMetric { kMatchAll, kMatchPart };
+
+// The material a haystack is made of. Both lists are read at run time (eval/ruler_resources.h).
+struct RulerResources {
+  std::vector<std::string> essay_words;  // real prose split on whitespace, in reading order
+  std::vector<std::string> words;        // distinct lowercase words: keys, CWE's word lists
+};
+
+// One generated prompt. The model sees `input` as the user turn of its chat template and
+// `answer_prefix` as the start of its own turn (RULER's answer prefix, without its leading
+// space), then continues it greedily for at most max_new_tokens.
+struct RulerSample {
+  std::string task;
+  int64_t length = 0;  // target: prompt tokens + max_new_tokens <= length
+  int sample = 0;      // index within (task, length)
+  uint64_t seed = 0;   // ruler_seed(task, length, sample, base)
+  std::string input;
+  std::string answer_prefix;
+  std::vector<std::string> expected;
+  int max_new_tokens = 0;
+  RulerMetric metric = RulerMetric::kMatchAll;
+  int64_t haystack_units = 0;  // words, noise lines, distractor needles or list entries used
+  int64_t prompt_tokens = 0;   // as counted by the PromptTokenCounter
+};
+
+// Counts the tokens the model will read for (input, answer_prefix): chat template included.
+using PromptTokenCounter =
+    std::function<Expected<int64_t>(const std::string& input, const std::string& answer_prefix)>;
+
+// The RULER tasks built here, in RULER's order: niah_single_1/2/3, niah_multikey_1/2/3,
+// niah_multivalue, niah_multiquery, vt, cwe, fwe.
+const std::vector<std::string>& ruler_task_names();
+bool is_ruler_task(const std::string& name);
+// Tokens RULER lets the model generate for this task (niah 128, vt 30, cwe 120, fwe 50).
+int ruler_max_new_tokens(const std::string& task);
+
+// The fixed seed of one sample: FNV-1a of "task/length/sample" mixed with `base` (--seed).
+uint64_t ruler_seed(const std::string& task, int64_t length, int sample, uint64_t base);
+
+// Builds sample `sample` of `task` at `length` tokens: the largest haystack whose prompt, as
+// counted by `count`, plus the task's max_new_tokens fits in `length` (binary search, as
+// RULER's generators do). Errors: unknown task, empty resources, a length too short for the
+// template, or a counter error.
+Expected<RulerSample> make_ruler_sample(const std::string& task, int64_t length, int sample,
+                                        uint64_t base_seed, const RulerResources& res,
+                                        const PromptTokenCounter& count);
+
+// The same sample with a given haystack size (no fitting): the building block of
+// make_ruler_sample, exposed for tests. prompt_tokens is left 0.
+Expected<RulerSample> build_ruler_sample(const std::string& task, int64_t length, int sample,
+                                         uint64_t base_seed, int64_t haystack_units,
+                                         const RulerResources& res);
+
+// RULER's postprocess_pred: strip, control characters to '\n', strip again.
+std::string postprocess_prediction(const std::string& output);
+// string_match_all / string_match_part on one output, in [0, 1]; 0 when expected is empty.
+double score_match_all(const std::string& output, const std::vector<std::string>& expected);
+double score_match_part(const std::string& output, const std::vector<std::string>& expected);
+// The task's metric on the postprocessed output.
+double score_ruler(RulerMetric metric, const std::string& output,
+                   const std::vector<std::string>& expected);
+
+}  // namespace qevict::eval

@@ -1,0 +1,157 @@
+// The eval suite's bookkeeping without a model: variant columns from specs, resumable results
+// files (partial lines skipped), haystack material read from plain and gzip files, and the
+// summary's means and bootstrap intervals on hand-made scores.
+#include "eval/eval_summary.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "eval/eval_runner.h"
+#include "eval/ruler_resources.h"
+
+namespace qevict::eval {
+namespace {
+
+using json = nlohmann::json;
+
+std::string temp_dir(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() /
+                 ("qevict_eval_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+json result(const std::string& task, const std::string& variant, double budget, int sample,
+            double score) {
+  return json{{"task", task},     {"length", 4096}, {"variant", variant}, {"budget", budget},
+              {"sample", sample}, {"score", score}, {"model", "m.gguf"}};
+}
+
+TEST(EvalVariants, FullRunsOnceOthersAtEveryBudget) {
+  EvalOptions o;
+  o.variants = {"full", "qevict", "qevict:score=age:q=0"};
+  o.budgets = {0.2, 0.1};
+  auto v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  ASSERT_EQ(v->size(), 5u);
+  EXPECT_EQ((*v)[0].spec, "full");
+  EXPECT_EQ((*v)[0].budget, 0.0);
+  EXPECT_EQ((*v)[1].params.policy, "qevict");
+  EXPECT_EQ((*v)[1].params.budget_fraction, 0.2);
+  EXPECT_EQ((*v)[2].params.budget_fraction, 0.1);
+  EXPECT_EQ((*v)[3].params.score, "age");
+  EXPECT_EQ((*v)[3].params.q, 0.0);
+  EXPECT_EQ((*v)[1].params.score, "sum");
+  o.variants = {"nosuchpolicy"};
+  EXPECT_FALSE(expand_variants(o).has_value());
+  o.variants = {"qevict:score=median"};
+  EXPECT_FALSE(expand_variants(o).has_value());
+  o.variants = {"qevict:window=x"};
+  EXPECT_FALSE(expand_variants(o).has_value());
+  o.variants = {"qevict", "qevict"};
+  EXPECT_FALSE(expand_variants(o).has_value());
+  EXPECT_EQ(eval_cell_key("vt", 4096, "qevict", 0.2, 3), "vt|4096|qevict|0.2|3");
+}
+
+TEST(EvalResults, PartialAndForeignLinesAreSkipped) {
+  const std::string dir = temp_dir("results");
+  {
+    std::ofstream f(dir + "/results.jsonl");
+    f << result("vt", "full", 0, 0, 1.0).dump() << "\n"
+      << "{\"task\": \"vt\"}\n"  // not a result line
+      << result("vt", "full", 0, 1, 0.5).dump() << "\n"
+      << "{\"task\": \"vt\", \"len";  // killed while writing
+  }
+  int64_t bad = 0;
+  auto r = read_eval_results(dir + "/results.jsonl", &bad);
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->size(), 2u);
+  EXPECT_EQ(bad, 2);
+  auto none = read_eval_results(dir + "/missing.jsonl", &bad);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(EvalSummary, MeansIntervalsAndMacro) {
+  std::vector<json> rs;
+  for (int i = 0; i < 10; ++i) rs.push_back(result("vt", "full", 0, i, 1.0));
+  for (int i = 0; i < 10; ++i) rs.push_back(result("cwe", "full", 0, i, i < 5 ? 1.0 : 0.0));
+  for (int i = 0; i < 4; ++i) rs.push_back(result("vt", "qevict", 0.2, i, 0.25 * i));
+  const auto rows = summarize(rs);
+  auto find = [&](const std::string& task, const std::string& variant) -> const SummaryRow* {
+    for (const auto& r : rows)
+      if (r.task == task && r.variant == variant) return &r;
+    return nullptr;
+  };
+  const SummaryRow* vt = find("vt", "full");
+  ASSERT_NE(vt, nullptr);
+  EXPECT_EQ(vt->n, 10);
+  EXPECT_DOUBLE_EQ(vt->mean, 1.0);
+  EXPECT_DOUBLE_EQ(vt->lo, 1.0);  // no spread, no interval
+  EXPECT_DOUBLE_EQ(vt->hi, 1.0);
+  const SummaryRow* cwe = find("cwe", "full");
+  ASSERT_NE(cwe, nullptr);
+  EXPECT_DOUBLE_EQ(cwe->mean, 0.5);
+  // Bootstrap of a 5/10 proportion: the 95 % interval is about [0.2, 0.8].
+  EXPECT_GE(cwe->lo, 0.1);
+  EXPECT_LE(cwe->lo, 0.3);
+  EXPECT_GE(cwe->hi, 0.7);
+  EXPECT_LE(cwe->hi, 0.9);
+  const SummaryRow* macro = find("macro", "full");
+  ASSERT_NE(macro, nullptr);
+  EXPECT_DOUBLE_EQ(macro->mean, 0.75);
+  EXPECT_EQ(macro->n, 20);
+  EXPECT_LT(macro->lo, 0.75);
+  EXPECT_GT(macro->hi, 0.75);
+  const SummaryRow* q = find("vt", "qevict");
+  ASSERT_NE(q, nullptr);
+  EXPECT_DOUBLE_EQ(q->mean, 0.375);
+  EXPECT_EQ(find("macro", "qevict"), nullptr);  // one task: no macro row
+  EXPECT_EQ(rows.back().task, "macro");         // macro rows after the tasks of their length
+  // Same input, same intervals: the bootstrap has a fixed seed.
+  EXPECT_EQ(summary_csv(summarize(rs)), summary_csv(rows));
+  const std::string csv = summary_csv(rows);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "task,length,variant,budget,n,mean,ci95_low,ci95_high");
+  EXPECT_NE(csv.find("cwe,4096,full,0,10,0.5000,"), std::string::npos) << csv;
+  const std::string md = summary_markdown(rows);
+  EXPECT_NE(md.find("| task | full | qevict@0.2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| vt | 100.0 [100.0, 100.0] 10 | 37.5 ["), std::string::npos) << md;
+}
+
+TEST(RulerResources, PlainAndGzipFilesAndFilters) {
+  const std::string dir = temp_dir("resources");
+  const std::string text = "Contents\n=== ═══\nChapter 1. It starts here. Then ─── more.\n";
+  {
+    std::ofstream f(dir + "/plain.txt");
+    f << text;
+  }
+  gzFile g = gzopen((dir + "/text.gz").c_str(), "wb");
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(gzwrite(g, text.data(), unsigned(text.size())), int(text.size()));
+  gzclose(g);
+  auto a = read_text_file(dir + "/plain.txt"), b = read_text_file(dir + "/text.gz");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(*a, text);
+  EXPECT_EQ(*b, text);
+  EXPECT_FALSE(read_text_file(dir + "/missing").has_value());
+  EXPECT_EQ(prose_words(text, "Chapter 1."),
+            (std::vector<std::string>{"Chapter", "1.", "It", "starts", "here.", "Then", "more."}));
+  EXPECT_EQ(prose_words(text, "absent").front(), "Contents");
+  EXPECT_EQ(prose_words("Toc Chapter\xc2\xa0"
+                        "1.\xc2\xa0Go on.",
+                        "Chapter 1. Go"),
+            (std::vector<std::string>{"Chapter", "1.", "Go", "on."}));
+  EXPECT_EQ(plain_words("zebra\nab\nAlice\ndon't\nzebra\napple\nextraordinarily\n"),
+            (std::vector<std::string>{"apple", "zebra"}));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qevict::eval

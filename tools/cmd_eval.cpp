@@ -1,0 +1,241 @@
+// qevict eval: the RULER-style task suite (eval/ruler_tasks.h) over a grid of tasks × lengths
+// × KV variants × budgets × samples, resumable, into --out DIR: results.jsonl (one line per
+// finished cell), summary.csv and summary.md. Plot: tools/eval/plot_eval.py DIR/summary.csv.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "eval/eval_runner.h"
+#include "eval/eval_summary.h"
+#include "eval/ruler_resources.h"
+#include "kvcache/registry.h"
+
+namespace qevict::cli {
+
+namespace {
+
+// Debian's jargon-text: the Jargon File 4.4.7, in the public domain. Its prose starts at
+// Chapter 1 (before it: the table of contents).
+constexpr const char* kDefaultHaystack = "/usr/share/doc/jargon-text/jargon.txt.gz";
+constexpr const char* kDefaultHaystackStart = "Chapter 1. Hacker Slang";
+constexpr const char* kDefaultWords = "/usr/share/dict/words";  // Debian's wamerican
+
+struct EvalArgs {
+  ModelOptions model;
+  std::string profile = "quick";
+  std::string tasks, lengths, variants, budgets;
+  int samples = 0;
+  std::string out_dir;
+  int64_t seed = 0;
+  int prefill_chunk = 512;
+  std::string haystack = kDefaultHaystack, haystack_start = kDefaultHaystackStart;
+  std::string words = kDefaultWords;
+  bool summary_only = false;
+  bool prompts_only = false;
+  KvOptions kv;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+// "4096", "4k" or "4K" (× 1024).
+Expected<int64_t> parse_length(const std::string& s) {
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(s, &used);
+    if (used + 1 == s.size() && (s[used] == 'k' || s[used] == 'K')) return v * 1024;
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return Status::error(fmt::format("length '{}' is not a number of tokens (e.g. 4096 or 4K)", s));
+}
+
+// The profile's grid; flags given explicitly replace its parts.
+Status fill_grid(const EvalArgs& a, eval::EvalOptions* o) {
+  std::string tasks, lengths, variants, budgets;
+  int samples = 0;
+  if (a.profile == "quick") {
+    // CI: the pipeline end to end on the real model, not a score claim. One sample per task:
+    // each costs two 4K-token prefills (FullKV and qevict do not share one yet), about 190
+    // CPU-seconds on the 0.5B model, so two samples per task would pass 5 minutes on 2 cores.
+    tasks = "niah_single_1,vt";
+    lengths = "4096";
+    samples = 1;
+    variants = "full,qevict";
+    budgets = "0.2";
+  } else if (a.profile == "full") {  // issue 11's grid
+    std::vector<std::string> all;
+    for (const auto& t : eval::ruler_task_names()) all.push_back(t);
+    tasks = fmt::format("{}", fmt::join(all, ","));
+    lengths = "4096,8192,16384,32768";
+    samples = 10;
+    variants = "full,qevict,qevict:score=age,qevict:q=0";
+    for (const auto& r : policy_registry())
+      if (r.kind != CacheKind::kFull && r.name != "qevict") variants += "," + r.name;
+    budgets = "0.5,0.2,0.1,0.05";
+  } else {
+    return Status::error(fmt::format("unknown profile '{}' (quick, full)", a.profile));
+  }
+  if (!a.tasks.empty()) tasks = a.tasks;
+  if (!a.lengths.empty()) lengths = a.lengths;
+  if (a.samples > 0) samples = a.samples;
+  if (!a.variants.empty()) variants = a.variants;
+  if (!a.budgets.empty()) budgets = a.budgets;
+  o->tasks = split(tasks);
+  o->lengths.clear();
+  for (const auto& l : split(lengths)) {
+    auto v = parse_length(l);
+    if (!v) return v.status();
+    o->lengths.push_back(*v);
+  }
+  o->n_samples = samples;
+  o->variants = split(variants);
+  o->budgets.clear();
+  for (const auto& b : split(budgets)) {
+    try {
+      size_t used = 0;
+      o->budgets.push_back(std::stod(b, &used));
+      if (used != b.size()) throw std::invalid_argument(b);
+    } catch (const std::exception&) {
+      return Status::error(fmt::format("budget '{}' is not a number", b));
+    }
+  }
+  return Status::ok();
+}
+
+std::string duration(double s) {
+  if (s < 90) return fmt::format("{:.0f} s", s);
+  if (s < 5400) return fmt::format("{:.1f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
+}
+
+int run_eval_cmd(EvalArgs a) {
+  if (a.summary_only) {
+    auto md = eval::write_eval_summary(a.out_dir);
+    if (!md) return fail(md.error());
+    std::printf("%s", md->c_str());
+    return 0;
+  }
+  eval::EvalOptions o;
+  Status s = fill_grid(a, &o);
+  if (!s) return fail(s.message());
+  if (a.kv.params.budget_fraction > 0 || a.kv.params.budget_bytes > 0)
+    return fail("eval takes its budgets from --budgets, not --kv-budget / --kv-budget-bytes");
+  o.base = a.kv.params;
+  o.base.dtype = a.kv.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
+  auto given = [](const CLI::Option* opt) { return opt != nullptr && opt->count() > 0; };
+  o.given.window = given(a.kv.window);
+  o.given.route_every = given(a.kv.route_every);
+  o.given.sink = given(a.kv.sink);
+  o.given.local = given(a.kv.local);
+  o.given.q = given(a.kv.q);
+  o.given.bits = given(a.kv.bits);
+  o.prefill_chunk = a.prefill_chunk;
+  o.seed = uint64_t(a.seed);
+  o.out_dir = a.out_dir;
+  o.prompts_only = a.prompts_only;
+  s = o.validate();
+  if (!s) return fail(s.message());
+  auto variants = eval::expand_variants(o);  // flag errors before the model loads
+  if (!variants) return fail(variants.error());
+
+  auto res = eval::load_ruler_resources(a.haystack, a.haystack_start, a.words);
+  if (!res) return fail(res.error());
+  auto path = resolve_model_path(a.model.model_path);
+  if (!path) return fail(path.error());
+  o.model_name = std::filesystem::path(*path).filename().string();
+  auto loaded = load_model(a.model);
+  if (!loaded) return fail(loaded.error());
+  const int threads = resolve_threads(a.model.threads);
+  ThreadPool pool(threads);
+  std::fprintf(stderr,
+               "eval: %zu task(s) x %zu length(s) x %d sample(s) x %zu variant column(s), model "
+               "%s, %d threads, haystack %s (%zu words), out %s\n",
+               o.tasks.size(), o.lengths.size(), o.n_samples, variants->size(),
+               o.model_name.c_str(), threads, a.haystack.c_str(), res->essay_words.size(),
+               o.out_dir.c_str());
+  s = eval::run_eval(
+      *loaded->model, *loaded->tokenizer, pool, *res, o, [](const eval::EvalProgress& p) {
+        if (p.run_done == 0) {
+          std::fprintf(stderr, "eval: %lld of %lld cells already done, %lld to run\n",
+                       (long long)p.skipped, (long long)p.total, (long long)(p.total - p.done));
+          return;
+        }
+        std::fprintf(stderr, "eval: %lld/%lld cells (%.0f%%) | %s elapsed, ~%s left | %s\n",
+                     (long long)p.done, (long long)p.total,
+                     100.0 * double(p.done) / double(p.total), duration(p.elapsed).c_str(),
+                     duration(p.eta).c_str(), p.last.c_str());
+      });
+  if (!s) return fail(s.message());
+  if (o.prompts_only) {
+    std::fprintf(stderr, "wrote %s/prompts.jsonl\n", o.out_dir.c_str());
+    return 0;
+  }
+  auto md = eval::write_eval_summary(o.out_dir);
+  if (!md) return fail(md.error());
+  std::printf("%s", md->c_str());
+  std::fprintf(stderr,
+               "wrote %s/results.jsonl, summary.csv and summary.md\nplot: $(tools/venv.sh) "
+               "tools/eval/plot_eval.py %s/summary.csv\n",
+               o.out_dir.c_str(), o.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  add_model_options(app, a->model);
+  app.add_option(
+         "--profile", a->profile,
+         "quick: niah_single_1 + vt, 1 sample each at 4K, full and qevict at 0.2 (CI); full: "
+         "every task at 4K-32K, 10 samples, every policy at 0.5/0.2/0.1/0.05. The flags "
+         "below replace parts of it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"quick", "full"}));
+  app.add_option("--tasks", a->tasks,
+                 "comma-separated RULER tasks: niah_single_1/2/3, niah_multikey_1/2/3, "
+                 "niah_multivalue, niah_multiquery, vt, cwe, fwe (qa_1/qa_2: no QA data ships "
+                 "in a package)");
+  app.add_option("--lengths", a->lengths,
+                 "comma-separated lengths in tokens (prompt in the chat template + generated), "
+                 "e.g. 4K,8K");
+  app.add_option("--samples", a->samples, "samples per task and length")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--variants", a->variants,
+                 "comma-separated KV policies (" + policy_names(", ") +
+                     "), each optionally NAME:key=value[:...] with key score, q, window, "
+                     "route_every, sink, local or bits (e.g. qevict:score=age, qevict:q=0)");
+  app.add_option("--budgets", a->budgets,
+                 "comma-separated budgets, fractions of the full cache (FullKV runs once)");
+  app.add_option("--out", a->out_dir, "output directory (results.jsonl, summary.csv/.md)")
+      ->required();
+  app.add_option("--seed", a->seed, "base seed of the samples")->capture_default_str();
+  app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--haystack", a->haystack, "prose for the haystacks (text or .gz)")
+      ->capture_default_str();
+  app.add_option("--haystack-start", a->haystack_start,
+                 "the prose starts at the first occurrence of this text (empty: at the start)")
+      ->capture_default_str();
+  app.add_option("--words", a->words, "word list, one per line (keys, CWE's words)")
+      ->capture_default_str();
+  app.add_flag("--summary-only", a->summary_only,
+               "only rewrite summary.csv/.md from --out's results.jsonl");
+  app.add_flag("--prompts-only", a->prompts_only,
+               "only build the prompts into --out's prompts.jsonl (no generation, no results)");
+  add_kv_options(app, a->kv, KvFlagScope::kDiagnose);
+  return [a] { return run_eval_cmd(*a); };
+}
+
+}  // namespace qevict::cli

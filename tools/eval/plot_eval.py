@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Plots of `qevict eval`'s summary.csv, written next to it:
+
+  eval_LENGTH.png   one panel per task (and the macro mean): score against budget, a line per
+                    variant with its 95 % interval as a band; FullKV (no budget) as a
+                    horizontal reference line.
+
+The numbers come from summary.csv only; this script draws them.
+Usage: $(tools/venv.sh) tools/eval/plot_eval.py DIR/summary.csv [--out-dir DIR]
+"""
+import argparse
+import csv
+import math
+import os
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["length"] = int(r["length"])
+        r["budget"] = float(r["budget"])
+        r["n"] = int(r["n"])
+        for k in ("mean", "ci95_low", "ci95_high"):
+            r[k] = 100.0 * float(r[k])
+    return rows
+
+
+def plot_length(rows, length, out):
+    tasks = sorted({r["task"] for r in rows if r["task"] != "macro"})
+    if any(r["task"] == "macro" for r in rows):
+        tasks.append("macro")
+    cols = min(4, len(tasks))
+    nrows = math.ceil(len(tasks) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 3.0 * nrows), squeeze=False)
+    variants = sorted({r["variant"] for r in rows})
+    colours = {v: plt.cm.tab10(i % 10) for i, v in enumerate(variants)}
+    for ax, task in zip(axes.flat, tasks):
+        by = defaultdict(list)
+        for r in rows:
+            if r["task"] == task:
+                by[r["variant"]].append(r)
+        for v, rs in sorted(by.items()):
+            rs.sort(key=lambda r: r["budget"])
+            if all(r["budget"] == 0 for r in rs):  # FullKV: no budget, a reference line
+                ax.axhline(rs[0]["mean"], color=colours[v], ls="--", lw=1.2,
+                           label=f"{v} (n={rs[0]['n']})")
+                continue
+            x = [r["budget"] for r in rs]
+            ax.plot(x, [r["mean"] for r in rs], marker="o", color=colours[v], label=v)
+            ax.fill_between(x, [r["ci95_low"] for r in rs], [r["ci95_high"] for r in rs],
+                            color=colours[v], alpha=0.15)
+        ax.set_title(task, fontsize=10)
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel("budget (fraction of the full cache)")
+        ax.set_ylabel("score (%)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
+    fig.suptitle(f"qevict eval, {length} tokens: score vs KV budget (bands: 95 % bootstrap)")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("summary_csv")
+    ap.add_argument("--out-dir", default=None)
+    a = ap.parse_args()
+    out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.summary_csv))
+    rows = read_rows(a.summary_csv)
+    for length in sorted({r["length"] for r in rows}):
+        out = os.path.join(out_dir, f"eval_{length}.png")
+        plot_length([r for r in rows if r["length"] == length], length, out)
+        print(out)
+
+
+if __name__ == "__main__":
+    main()
