@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+
+#include "engine/prefill_share.h"
 
 namespace qevict {
 
@@ -31,6 +34,35 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     r.output.clear();
     r.hit_stop = false;
   }
+  // Shared prefills: a source with dependents prefills through a recorder.
+  std::vector<std::unique_ptr<RecordingKvCache>> recorders(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const int src = requests[i].share_prefill_of;
+    if (src < 0) continue;
+    if (size_t(src) >= requests.size() || size_t(src) == i)
+      return Status::error(
+          fmt::format("request {}: share_prefill_of {} is not another request", i, src));
+    const auto& s = requests[size_t(src)];
+    if (s.share_prefill_of >= 0)
+      return Status::error(
+          fmt::format("request {}: its prefill source {} shares one itself", i, src));
+    if (s.prompt != requests[i].prompt)
+      return Status::error(fmt::format(
+          "request {}: shares the prefill of request {} but the prompts differ", i, src));
+    for (const SequenceKvCache* c : {s.cache, requests[i].cache}) {
+      if (c->n_past() != 0)
+        return Status::error(
+            fmt::format("request {}: a shared prefill needs empty caches ({} holds {} tokens)", i,
+                        c->describe(), c->n_past()));
+      if (!c->prefill_keeps_everything())
+        return Status::error(fmt::format(
+            "request {}: {} compresses during prefill, so a prefill cannot be shared with it "
+            "(use --prefill-route end)",
+            i, c->describe()));
+    }
+    if (!recorders[size_t(src)])
+      recorders[size_t(src)] = std::make_unique<RecordingKvCache>(s.cache, model.kv_shape());
+  }
   using clock = std::chrono::steady_clock;
 
   // Prefill: chunk c of every prompt that still has one, batched in one forward call.
@@ -39,16 +71,27 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     std::vector<BatchSegment> segs;
     for (size_t i = 0; i < requests.size(); ++i) {
       auto& r = requests[i];
-      if (off >= r.prompt.size()) continue;
+      if (r.share_prefill_of >= 0 || off >= r.prompt.size()) continue;
       const size_t n = std::min(r.prompt.size() - off, size_t(opts.prefill_chunk));
       const bool last = off + n == r.prompt.size();
+      SequenceKvCache* c = recorders[i] ? recorders[i].get() : r.cache;
       segs.push_back(
-          {r.cache, r.prompt.data() + off, int64_t(n), false, last ? logits[i].data() : nullptr});
+          {c, r.prompt.data() + off, int64_t(n), false, last ? logits[i].data() : nullptr});
       st.n_prompt += int64_t(n);
     }
     if (segs.empty()) break;
     QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
   }
+  // Requests sharing a prefill replay their source's calls and take its last logits.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto& r = requests[i];
+    if (r.share_prefill_of < 0) continue;
+    const size_t src = size_t(r.share_prefill_of);
+    QEVICT_RETURN_IF_ERROR(recorders[src]->replay(r.cache, pool));
+    logits[i] = logits[src];
+    st.n_prompt_shared += int64_t(r.prompt.size());
+  }
+  recorders.clear();
   // The prompts are in: a cache with --prefill-route end compresses now, once (SPEC §4),
   // before the first token is sampled from the logits of the full-cache prefill.
   for (auto& r : requests) QEVICT_RETURN_IF_ERROR(r.cache->end_prompt());

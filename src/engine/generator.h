@@ -20,6 +20,12 @@ struct GenerationRequest {
   int n_predict = 128;               // generate at most this many tokens
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+  // Shared prefill (engine/prefill_share.h): the index of another request in the same call
+  // with the same prompt whose prefill this one reuses instead of running the model on its
+  // prompt. -1: its own prefill. Both caches must start empty and keep every prompt token
+  // until end_prompt() (SequenceKvCache::prefill_keeps_everything); the source must not
+  // itself share.
+  int share_prefill_of = -1;
 
   // Results.
   std::vector<int32_t> output;  // generated tokens (a stop token included)
@@ -32,7 +38,8 @@ struct GenerateOptions {
 };
 
 struct GenerationStats {
-  int64_t n_prompt = 0;         // prompt tokens processed
+  int64_t n_prompt = 0;         // prompt tokens processed by the model
+  int64_t n_prompt_shared = 0;  // prompt tokens replayed from another request's prefill
   int64_t n_decode_calls = 0;   // decode forward calls (tokens per sequence after the first)
   int64_t n_generated = 0;      // tokens sampled, all sequences
   double prompt_seconds = 0.0;  // prefill wall time

@@ -74,8 +74,16 @@ Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
   if (k == "sink") return to_int(&p->sink, &g->sink);
   if (k == "local") return to_int(&p->local, &g->local);
   if (k == "bits") return to_int(&p->bits, &g->bits);
-  return Status::error(fmt::format(
-      "unknown variant option '{}' (score, q, window, route_every, sink, local, bits)", k));
+  if (k == "route") {
+    if (v != "chunk" && v != "end") return Status::error("route must be chunk or end");
+    p->prefill_route = v;
+    return Status::ok();
+  }
+  if (k == "prefill_window") return to_int(&p->prefill_window, nullptr);
+  return Status::error(
+      fmt::format("unknown variant option '{}' (score, q, window, route_every, sink, local, "
+                  "bits, route, prefill_window)",
+                  k));
 }
 
 std::string budget_str(double b) { return fmt::format("{:g}", b); }
@@ -265,6 +273,17 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           r.stop_tokens = stop_tokens;
           reqs.push_back(std::move(r));
         }
+        // One prefill per sample: every cache that keeps the whole prompt until end_prompt()
+        // (FullKV, --prefill-route end) replays the first such cache's prefill instead of
+        // running the model again (engine/prefill_share.h).
+        int source = -1;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          if (!caches[i]->prefill_keeps_everything()) continue;
+          if (source < 0)
+            source = int(i);
+          else
+            reqs[i].share_prefill_of = source;
+        }
         GenerateOptions go;
         go.prefill_chunk = opts.prefill_chunk;
         GenerationStats st;
@@ -296,6 +315,8 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           // Times are the batch's: all pending variants of this sample ran together.
           j["batch"] = reqs.size();
           j["prefill_seconds"] = st.prompt_seconds;
+          j["prefill_shared"] = reqs[i].share_prefill_of >= 0;  // replayed, not recomputed
+          j["prefill_model_tokens"] = st.n_prompt;              // the batch's, by the model
           j["decode_seconds"] = st.decode_seconds;
           j["bytes_held"] = caches[i]->bytes_held();
           j["kv"] = caches[i]->describe();

@@ -1,9 +1,11 @@
 // The task-suite runner behind `qevict eval`: for every (length, task, sample) it builds the
 // RULER-style prompt (eval/ruler_tasks.h) in the model's chat template, then prefills and
 // greedily decodes it once per pending (variant, budget) — all of them in one batch
-// (engine/generator.h) — scores each output and appends one JSON line per (sample, variant,
-// budget) to DIR/results.jsonl, flushed when the batch is done. A rerun reads that file and
-// skips the cells it holds, so a killed sweep loses at most the batch in flight.
+// (engine/generator.h), and every variant that keeps the whole prompt until it ends (FullKV,
+// route=end) sharing one prefill (engine/prefill_share.h) — scores each output and appends one JSON
+// line per (sample, variant, budget) to DIR/results.jsonl, flushed when the batch is done. A rerun
+// reads that file and skips the cells it holds, so a killed sweep loses at most the batch in
+// flight.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +35,8 @@ struct EvalOptions {
   std::vector<int64_t> lengths;  // tokens: prompt (chat template included) + max_new_tokens
   int n_samples = 2;             // samples 0 .. n_samples-1 of every (task, length)
   // Registry policy names, optionally with options: "NAME[:key=value]..." where key is one of
-  // score, q, window, route_every, sink, local, bits (e.g. "qevict:score=age", "qevict:q=0").
+  // score, q, window, route_every, sink, local, bits, route (chunk|end), prefill_window
+  // (e.g. "qevict:score=age", "qevict:q=0", "qevict:route=end").
   std::vector<std::string> variants = {"full", "qevict"};
   std::vector<double> budgets = {0.2};  // every budgeted variant runs at each; FullKV once
   KvCacheParams base;                   // shared --kv-* options

@@ -34,6 +34,7 @@ class FullKvCache final : public SequenceKvCache {
   void attend(int layer, const float* q, const float* k, const float* v, float* out,
               ThreadPool& pool) override;
   Status commit() override;
+  bool prefill_keeps_everything() const override { return true; }
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;

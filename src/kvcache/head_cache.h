@@ -44,6 +44,7 @@ class HeadKvCache final : public SequenceKvCache {
   Status commit() override;
   Status end_prompt() override;
   Status route() override;
+  bool prefill_keeps_everything() const override { return p_.prefill_route == "end"; }
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;

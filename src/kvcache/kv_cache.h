@@ -67,6 +67,12 @@ class SequenceKvCache {
   // do nothing.
   virtual Status route() { return Status::ok(); }
 
+  // True when, until end_prompt(), this cache keeps every prompt token in full precision
+  // and attends over all of them — FullKV, and every policy with --prefill-route end — so
+  // its prompt state is what any other such cache would reach from the same model
+  // activations (engine/prefill_share.h replays one prefill into several caches).
+  virtual bool prefill_keeps_everything() const { return false; }
+
   // Forgets all tokens (n_past = 0); may keep allocations for reuse.
   virtual void clear() = 0;
 

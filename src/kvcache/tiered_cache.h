@@ -50,6 +50,7 @@ class TieredKvCache final : public SequenceKvCache {
   Status commit() override;
   Status end_prompt() override;
   Status route() override;
+  bool prefill_keeps_everything() const override { return defer_prefill_; }
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;

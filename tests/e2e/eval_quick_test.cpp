@@ -40,7 +40,8 @@ TEST(EvalQuick, RunsScoresAndResumes) {
                           "' --out '" + out + "' > /dev/null 2> '" + err + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << slurp(err);
 
-  // quick: niah_single_1 and vt, 1 sample each at 4K, full and qevict@0.2.
+  // quick: niah_single_1 and vt, 1 sample each at 4K, full and qevict:route=end@0.2, the
+  // second replaying the first's prefill.
   const auto lines = lines_of(out + "/results.jsonl");
   ASSERT_EQ(lines.size(), 4u) << slurp(err);
   int full_niah_right = 0;
@@ -53,6 +54,8 @@ TEST(EvalQuick, RunsScoresAndResumes) {
     EXPECT_LE(j["prompt_tokens"].get<int64_t>() + j["max_new_tokens"].get<int64_t>(), 4096) << l;
     EXPECT_GT(j["prompt_tokens"].get<int64_t>(), 3000) << l;  // fitted close to the length
     EXPECT_GT(j["bytes_held"].get<int64_t>(), 0) << l;
+    EXPECT_EQ(j["prefill_shared"].get<bool>(), j["variant"] != "full") << l;
+    EXPECT_EQ(j["prefill_model_tokens"].get<int64_t>(), j["prompt_tokens"].get<int64_t>()) << l;
     if (j["variant"] == "full" && j["task"] == "niah_single_1" && score == 1.0) ++full_niah_right;
   }
   EXPECT_GE(full_niah_right, 1) << "FullKV found no single needle:\n"

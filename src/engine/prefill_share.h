@@ -1,0 +1,67 @@
+// Shared prefill: one forward pass over a prompt serves several caches. A RecordingKvCache
+// sits between the model and a source cache, passes every call through and keeps the
+// queries, keys and values the model handed to each layer; replay() then feeds the same
+// calls to another empty cache — begin, attend every layer, commit — so it ends in the
+// state its own prefill would have reached, without running the model again.
+//
+// Exact only when the other cache, before end_prompt(), attends over every prompt token in
+// full precision as the source does (SequenceKvCache::prefill_keeps_everything(): FullKV,
+// and every policy with --prefill-route end): then each layer's attention output, and so the
+// next layer's inputs, are what the model computed for the source. A cache that evicts or
+// quantizes during prefill (--prefill-route chunk) would have seen other hidden states, so
+// replay() refuses it. The two caches' kernels may still round differently (f16 pages vs
+// windows): replay carries the source's activations, not the copy's own.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kvcache/kv_cache.h"
+#include "kvcache/shape.h"
+
+namespace qevict {
+
+class RecordingKvCache final : public SequenceKvCache {
+ public:
+  // `inner` (not owned) must outlive this object.
+  RecordingKvCache(SequenceKvCache* inner, const KvShape& shape);
+
+  int64_t n_past() const override { return inner_->n_past(); }
+  int64_t n_ctx() const override { return inner_->n_ctx(); }
+  Status begin(int64_t n_new) override;
+  void attend(int layer, const float* q, const float* k, const float* v, float* out,
+              ThreadPool& pool) override;
+  Status commit() override;
+  Status end_prompt() override { return inner_->end_prompt(); }
+  Status route() override { return inner_->route(); }
+  void clear() override;
+  size_t bytes_held() const override { return inner_->bytes_held(); }
+  bool prefill_keeps_everything() const override { return inner_->prefill_keeps_everything(); }
+  std::string describe() const override { return inner_->describe(); }
+  void report(KvReport* out, ReportDetail detail) const override { inner_->report(out, detail); }
+
+  // Tokens recorded (every committed call since construction or clear()).
+  int64_t n_recorded() const { return n_recorded_; }
+  // Bytes the recording holds: (q_width + 2 kv_width) f32 per token and layer.
+  size_t recorded_bytes() const;
+
+  // Feeds every recorded call to `dst`, which must be empty, hold the shape this recording
+  // was made for, and keep every prompt token until end_prompt() (see the header comment).
+  // Does not call dst->end_prompt(): the caller does, as after its own prefill.
+  Status replay(SequenceKvCache* dst, ThreadPool& pool) const;
+
+ private:
+  struct Call {
+    int64_t n_new = 0;
+    std::vector<float> q, k, v;  // f32 [n_layers][n_new][q_width or kv_width]
+  };
+  SequenceKvCache* inner_;
+  KvShape shape_;
+  std::vector<Call> calls_;
+  int64_t n_recorded_ = 0;
+  bool open_ = false;  // a call between begin() and commit()
+};
+
+}  // namespace qevict

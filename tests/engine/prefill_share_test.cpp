@@ -1,0 +1,143 @@
+// Shared prefill (engine/prefill_share.h): a prompt recorded through one cache and replayed
+// into another leaves that cache exactly as feeding it the same calls would — FullKV,
+// qevict and H2O with --prefill-route end — with the routing event at end_prompt() and the
+// decode steps after it bit-identical; caches that compress during prefill, non-empty
+// targets and open calls are refused.
+#include "engine/prefill_share.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kvcache/factory.h"
+#include "kvcache/params.h"
+
+namespace qevict {
+namespace {
+
+KvShape shape() {
+  KvShape s;
+  s.n_layers = 3;
+  s.n_q_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = 16;
+  s.rope.n_rot = 16;
+  s.rope.freq_base = 10000.0f;
+  return s;
+}
+
+std::unique_ptr<SequenceKvCache> make(int64_t n_ctx, const std::string& policy, double budget,
+                                      const std::string& route) {
+  KvCacheParams p;
+  p.policy = policy;
+  p.budget_fraction = budget;
+  p.prefill_route = route;
+  auto c = make_kv_cache(shape(), n_ctx, p);
+  EXPECT_TRUE(c.has_value()) << c.error();
+  return c.has_value() ? std::move(*c) : nullptr;
+}
+
+// Random q/k/v of one call of n tokens, every layer: f32 [n_layers][n][width].
+struct Call {
+  int64_t n = 0;
+  std::vector<float> q, k, v;
+};
+Call random_call(int64_t n, std::mt19937& rng) {
+  const KvShape s = shape();
+  std::normal_distribution<float> g(0.0f, 1.5f);
+  Call c;
+  c.n = n;
+  c.q.resize(size_t(s.n_layers) * n * s.q_width());
+  c.k.resize(size_t(s.n_layers) * n * s.kv_width());
+  c.v.resize(c.k.size());
+  for (float& x : c.q) x = g(rng);
+  for (float& x : c.k) x = g(rng);
+  for (float& x : c.v) x = g(rng);
+  return c;
+}
+
+// Runs one call through `cache`; returns every layer's output, concatenated.
+std::vector<float> run(SequenceKvCache& cache, const Call& c, ThreadPool& pool) {
+  const KvShape s = shape();
+  EXPECT_TRUE(cache.begin(c.n).is_ok());
+  const size_t qn = size_t(c.n) * s.q_width(), kvn = size_t(c.n) * s.kv_width();
+  std::vector<float> out(size_t(s.n_layers) * qn);
+  for (int l = 0; l < s.n_layers; ++l)
+    cache.attend(l, c.q.data() + l * qn, c.k.data() + l * kvn, c.v.data() + l * kvn,
+                 out.data() + l * qn, pool);
+  EXPECT_TRUE(cache.commit().is_ok());
+  return out;
+}
+
+struct Case {
+  std::string policy;
+  double budget;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.policy << "@" << c.budget; }
+
+class PrefillShare : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PrefillShare, ReplayedCacheDecodesBitIdenticallyToFedCache) {
+  ThreadPool pool(2);
+  const int64_t n_ctx = 400;
+  std::mt19937 rng(7);
+  // Awkward chunks: a full one, a ragged one, one token.
+  std::vector<Call> prompt = {random_call(128, rng), random_call(77, rng), random_call(1, rng)};
+  std::vector<Call> decode;
+  for (int i = 0; i < 40; ++i) decode.push_back(random_call(1, rng));
+
+  // The source is FullKV, recorded; the target is the case's policy.
+  auto source = make(n_ctx, "full", 0.0, "chunk");
+  RecordingKvCache rec(source.get(), shape());
+  for (const Call& c : prompt) run(rec, c, pool);
+  EXPECT_EQ(rec.n_recorded(), 206);
+  EXPECT_GT(rec.recorded_bytes(), size_t(206) * 3 * (64 + 2 * 32) * sizeof(float) - 1);
+
+  auto fed = make(n_ctx, GetParam().policy, GetParam().budget, "end");
+  auto replayed = make(n_ctx, GetParam().policy, GetParam().budget, "end");
+  for (const Call& c : prompt) run(*fed, c, pool);
+  ASSERT_TRUE(rec.replay(replayed.get(), pool).is_ok());
+  EXPECT_EQ(replayed->n_past(), fed->n_past());
+  ASSERT_TRUE(fed->end_prompt().is_ok());
+  ASSERT_TRUE(replayed->end_prompt().is_ok());
+  EXPECT_EQ(replayed->bytes_held(), fed->bytes_held());
+  for (const Call& c : decode) {
+    const std::vector<float> a = run(*fed, c, pool), b = run(*replayed, c, pool);
+    ASSERT_EQ(a, b) << "decode step at position " << fed->n_past();
+  }
+  KvReport ra, rb;
+  fed->report(&ra, ReportDetail::kSummary);
+  replayed->report(&rb, ReportDetail::kSummary);
+  EXPECT_EQ(ra.bytes_held, rb.bytes_held);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PrefillShare,
+                         ::testing::Values(Case{"full", 0.0}, Case{"qevict", 0.2},
+                                           Case{"h2o", 0.3}),
+                         [](const auto& info) { return info.param.policy; });
+
+TEST(PrefillShareErrors, RefusesCompressingDuringPrefillNonEmptyTargetsAndOpenCalls) {
+  ThreadPool pool(1);
+  std::mt19937 rng(3);
+  auto source = make(200, "full", 0.0, "chunk");
+  RecordingKvCache rec(source.get(), shape());
+  run(rec, random_call(20, rng), pool);
+
+  auto chunked = make(200, "qevict", 0.5, "chunk");
+  const Status s = rec.replay(chunked.get(), pool);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("--prefill-route end"), std::string::npos) << s.message();
+
+  auto busy = make(200, "full", 0.0, "chunk");
+  run(*busy, random_call(3, rng), pool);
+  EXPECT_FALSE(rec.replay(busy.get(), pool).is_ok());
+
+  ASSERT_TRUE(rec.begin(2).is_ok());
+  auto fresh = make(200, "full", 0.0, "chunk");
+  EXPECT_FALSE(rec.replay(fresh.get(), pool).is_ok());
+}
+
+}  // namespace
+}  // namespace qevict
