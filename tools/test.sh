@@ -7,7 +7,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 start=$(date +%s)
 
+phase() { echo "[test.sh] $1 at $(( $(date +%s) - start )) s"; }
 model=$(tools/setup.sh | tail -n1)
+phase "setup done (packages, Release build, models)"
 export QEVICT_TEST_MODEL="$model"
 # The second model family (qwen2), fetched by setup.sh: its golden e2e tests.
 QEVICT_TEST_MODEL_QWEN=$(tools/fetch_model.sh qwen2.5-coder-0.5b | tail -n1)
@@ -26,12 +28,17 @@ fi
 
 echo "== tests (Release) =="
 ctest --test-dir build --output-on-failure -j"$jobs"
+phase "Release tests done"
 
 echo "== unit tests under ASan + UBSan =="
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQEVICT_SANITIZE=ON >/dev/null
-cmake --build build-asan -j"$jobs" >/dev/null
 # The end-to-end model tests (label e2e) are slow under ASan; they run in the Release pass
-# above. Unit tests that read the real model's metadata (tokenizer, GGUF) do run here.
+# above, so this build has only the unit tests (-O1 -g1: the sanitizers' usual setting,
+# with line numbers in their reports). Unit tests that read the real model's metadata
+# (tokenizer, GGUF) do run here.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DQEVICT_SANITIZE=ON -DQEVICT_BUILD_E2E=OFF >/dev/null
+cmake --build build-asan -j"$jobs" --target qevict_unit_tests >/dev/null
+phase "sanitizer build done"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE e2e
 
