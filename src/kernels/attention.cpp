@@ -68,6 +68,27 @@ struct Span {
   int n = 0;  // tokens
 };
 
+// Asks for KV head h's part of a low-bit window (one contiguous run, kv_quant.h) while the
+// current window is decoded: windows sit in pool slots in no particular order, so the
+// hardware prefetcher cannot guess the next one.
+inline void prefetch_range(const uint8_t* a, size_t n) {
+  for (size_t i = 0; i < n; i += 64) __builtin_prefetch(a + i);
+  __builtin_prefetch(a + n - 1);
+}
+// What scoring reads of a window (key codes, scales, zeros) / what P·V reads (value codes,
+// scales, zeros).
+inline void prefetch_keys(const QuantLayout& L, const uint8_t* win, int h) {
+  prefetch_range(win + L.k_codes_off(h), L.head_code_bytes());
+  prefetch_range(win + L.k_scale_off(h), 4 * size_t(L.head_dim));
+}
+inline void prefetch_values(const QuantLayout& L, const uint8_t* win, int h) {
+  prefetch_range(win + L.v_codes_off(h), L.head_code_bytes());
+  prefetch_range(win + L.v_scale_off(h), 4 * size_t(L.window) * (L.head_dim / L.g()));
+}
+// Windows ahead of the one being read that are prefetched: far enough to hide a miss to
+// DRAM behind the work on the windows between, near enough not to flood the fill buffers.
+constexpr int kPrefetchAhead = 3;
+
 bool continues(const KvBlockRef& a, const KvBlockRef& b) {
   if (a.pos0 + a.n != b.pos0) return false;
   if (!a.k || !b.k) return !a.k && !b.k;  // low-bit windows are decoded side by side
@@ -80,11 +101,19 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                              int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
                              float* block_ml, int64_t ml_stride) {
   const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
-  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot;
+  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, kwin;
   thread_local std::vector<int> off;
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
   if (qrot.size() < size_t(g) * d) qrot.resize(size_t(g) * d);
+  // Low-bit values are summed from their codes (no decoded rows) when the layout allows.
+  const bool pv_from_codes = p.qlayout && qwin_pv_supported(*p.qlayout, g);
+  // One query (decode) decodes each low-bit window's keys just before scoring them, into a
+  // window-sized buffer that stays in L1; a run of queries decodes the run's keys once for
+  // all of them. The decoded values and the scoring are the same either way.
+  const bool keys_per_window = p.qlayout && nq == 1;
+  if (keys_per_window && kwin.size() < size_t(p.qlayout->window) * d)
+    kwin.resize(size_t(p.qlayout->window) * d);
   int64_t tok_base = 0;  // tokens of the runs before this one (token_ml units)
   for (int b0 = 0; b0 < n_blocks;) {
     // Form a run [b0, b1) and its spans.
@@ -115,8 +144,9 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       const int n_max = visible(blk, qpos0 + nq - 1);
       if (n_max <= 0) continue;
       const size_t o = size_t(off[b - b0]) * d;
-      qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, kbuf.data() + o, d);
-      qwin_values(*p.qlayout, blk.qwin, p.kv_head, n_max, vbuf.data() + o, d);
+      if (!keys_per_window)
+        qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, kbuf.data() + o, d);
+      if (!pv_from_codes) qwin_values(*p.qlayout, blk.qwin, p.kv_head, n_max, vbuf.data() + o, d);
       float* cs = rot.data() + size_t(b - b0) * 2 * d;
       p.rope->expanded(blk.pos0, cs, cs + d);
     }
@@ -142,8 +172,14 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
               const float* cs = rot.data() + size_t(b - b0) * 2 * d;
               rope_rows(p.rope->params(), d, cs, cs + d, /*inverse=*/true, qi, d, g, qrot.data(),
                         d);
-              qk_scores_f32(qrot.data(), d, g, kbuf.data() + size_t(ob) * d, d, nb, d, p.scale,
-                            scores.data() + ob, R);
+              const float* kw = kbuf.data() + size_t(ob) * d;
+              if (b + kPrefetchAhead < b1 && !blocks[b + kPrefetchAhead].k)
+                prefetch_keys(*p.qlayout, blocks[b + kPrefetchAhead].qwin, p.kv_head);
+              if (keys_per_window) {  // decode: the window's keys stay in L1
+                qwin_keys(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, kwin.data(), d);
+                kw = kwin.data();
+              }
+              qk_scores_f32(qrot.data(), d, g, kw, d, nb, d, p.scale, scores.data() + ob, R);
             }
           }
         }
@@ -209,10 +245,19 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         if (n <= 0) continue;
         const KvBlockRef& blk = blocks[sp.b];
         const float* pb = scores.data() + o;
-        if (blk.k)
+        if (blk.k) {
           pv_accumulate(p.dtype, pb, R, g, blk.v, blk.ld, n, d, si + 2, st);
-        else
+        } else if (pv_from_codes) {
+          for (int b = sp.b, ob = o; b < sp.e && ob < o + n; ob += blocks[b].n, ++b) {
+            if (b + kPrefetchAhead < b1 && !blocks[b + kPrefetchAhead].k)
+              prefetch_values(*p.qlayout, blocks[b + kPrefetchAhead].qwin, p.kv_head);
+            qwin_pv_accumulate(*p.qlayout, blocks[b].qwin, p.kv_head,
+                               std::min(blocks[b].n, o + n - ob), scores.data() + ob, R, g, si + 2,
+                               st);
+          }
+        } else {
           pv_accumulate_f32(pb, R, g, vbuf.data() + size_t(o) * d, d, n, d, si + 2, st);
+        }
       }
     }
     b0 = b1;

@@ -58,16 +58,16 @@ inline void put_code(uint8_t* row, int i, int bits, int c) {
 
 void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, int n_tokens,
                      uint8_t* out) {
-  const int H = L.n_kv_heads, d = L.head_dim, W = L.window, g = L.g(), levels = (1 << L.bits) - 1;
+  const int H = L.n_kv_heads, d = L.head_dim, g = L.g(), levels = (1 << L.bits) - 1;
   std::memset(out, 0, L.window_bytes());
-  uint8_t* kc = out + L.k_codes_off();
-  uint8_t* vc = out + L.v_codes_off();
-  uint8_t* ks = out + L.k_scale_off();
-  uint8_t* kz = out + L.k_zero_off();
-  uint8_t* vs = out + L.v_scale_off();
-  uint8_t* vz = out + L.v_zero_off();
-  const size_t row_bytes = size_t(d) * L.bits / 8;
+  const size_t row_bytes = L.row_bytes();
   for (int h = 0; h < H; ++h) {
+    uint8_t* kc = out + L.k_codes_off(h);
+    uint8_t* vc = out + L.v_codes_off(h);
+    uint8_t* ks = out + L.k_scale_off(h);
+    uint8_t* kz = out + L.k_zero_off(h);
+    uint8_t* vs = out + L.v_scale_off(h);
+    uint8_t* vz = out + L.v_zero_off(h);
     // Keys: one (scale, zero) per channel over the window's tokens.
     for (int c = 0; c < d; ++c) {
       float lo = INFINITY, hi = -INFINITY;
@@ -80,10 +80,10 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
       float s, z;
       uint16_t s16, z16;
       params(lo, hi, levels, &s16, &z16, &s, &z);
-      store_f16_bits(ks, size_t(h) * d + c, s16);
-      store_f16_bits(kz, size_t(h) * d + c, z16);
+      store_f16_bits(ks, size_t(c), s16);
+      store_f16_bits(kz, size_t(c), z16);
       for (int t = 0; t < n_tokens; ++t)
-        put_code(kc + (size_t(h) * W + t) * row_bytes, c, L.bits,
+        put_code(kc + size_t(t) * row_bytes, c, L.bits,
                  code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, levels));
     }
     // Values: one (scale, zero) per token and group of g channels.
@@ -95,11 +95,11 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
         float s, z;
         uint16_t s16, z16;
         params(lo, hi, levels, &s16, &z16, &s, &z);
-        const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
+        const size_t p = size_t(t) * (d / g) + g0 / g;
         store_f16_bits(vs, p, s16);
         store_f16_bits(vz, p, z16);
         for (int c = g0; c < g0 + g; ++c)
-          put_code(vc + (size_t(h) * W + t) * row_bytes, c, L.bits, code_of(row[c], s, z, levels));
+          put_code(vc + size_t(t) * row_bytes, c, L.bits, code_of(row[c], s, z, levels));
       }
     }
   }
@@ -148,19 +148,19 @@ inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, 
 
 void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens,
                             float* k_pre, float* v) {
-  const int d = L.head_dim, W = L.window, g = L.g();
-  const size_t row_bytes = size_t(d) * L.bits / 8;
-  const uint8_t* vs = win + L.v_scale_off();
-  const uint8_t* vz = win + L.v_zero_off();
+  const int d = L.head_dim, g = L.g();
+  const size_t row_bytes = L.row_bytes();
+  const uint8_t* vs = win + L.v_scale_off(h);
+  const uint8_t* vz = win + L.v_zero_off(h);
   if (k_pre) {
     uint16_t ks[1024], kz[1024];  // head_dim <= 1024 (checked by the cache factory)
-    std::memcpy(ks, win + L.k_scale_off() + 2 * size_t(h) * d, 2 * size_t(d));  // any alignment
-    std::memcpy(kz, win + L.k_zero_off() + 2 * size_t(h) * d, 2 * size_t(d));
+    std::memcpy(ks, win + L.k_scale_off(h), 2 * size_t(d));  // any alignment
+    std::memcpy(kz, win + L.k_zero_off(h), 2 * size_t(d));
     float s[1024], z[1024];
     half_to_f32(HalfType::kF16, ks, s, d);  // F16C / SIMD conversion
     half_to_f32(HalfType::kF16, kz, z, d);
     for (int t = 0; t < n_tokens; ++t) {
-      const uint8_t* row = win + L.k_codes_off() + (size_t(h) * W + t) * row_bytes;
+      const uint8_t* row = win + L.k_codes_off(h) + size_t(t) * row_bytes;
       if (L.bits == 2)
         decode_row<2>(row, d, s, z, k_pre + size_t(t) * d);
       else
@@ -169,9 +169,9 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
   }
   if (v) {
     for (int t = 0; t < n_tokens; ++t) {
-      const uint8_t* row = win + L.v_codes_off() + (size_t(h) * W + t) * row_bytes;
+      const uint8_t* row = win + L.v_codes_off(h) + size_t(t) * row_bytes;
       for (int g0 = 0; g0 < d; g0 += g) {
-        const size_t p = (size_t(h) * W + t) * (d / g) + g0 / g;
+        const size_t p = size_t(t) * (d / g) + g0 / g;
         const float s = f16_to_f32(load_f16_bits(vs, p)), z = f16_to_f32(load_f16_bits(vz, p));
         if (L.bits == 2)
           decode_run<2>(row, g0, g, s, z, v + size_t(t) * d);

@@ -24,21 +24,31 @@ struct QuantLayout {
   Status validate() const;
   int g() const { return group > 0 ? group : head_dim; }
   int codes_per_byte() const { return 8 / bits; }
-  // Bytes of the key codes / value codes: [n_kv_heads][window][head_dim] packed.
-  size_t code_bytes() const { return size_t(n_kv_heads) * window * head_dim * bits / 8; }
+  // A window is n_kv_heads head blocks one after another, so attention over one KV head
+  // reads one contiguous run of head_bytes() per window (prefetchable, no strided pieces):
+  //   [key codes W][value codes W] packed rows of head_dim codes (W = window tokens),
+  //   then f16 [key scales d][key zeros d][value scales W·d/g][value zeros W·d/g].
+  size_t row_bytes() const { return size_t(head_dim) * bits / 8; }
+  size_t head_code_bytes() const { return size_t(window) * row_bytes(); }
+  size_t head_bytes() const {
+    return 2 * head_code_bytes() + 2 * 2 * size_t(head_dim) +
+           2 * 2 * size_t(window) * (head_dim / g());
+  }
+  // Bytes of the key codes / value codes of all heads: [n_kv_heads][window][head_dim] packed.
+  size_t code_bytes() const { return size_t(n_kv_heads) * head_code_bytes(); }
   // f16 counts of key scales and zeros: [n_kv_heads][head_dim] each.
   size_t k_params() const { return size_t(n_kv_heads) * head_dim; }
   // f16 counts of value scales and zeros: [n_kv_heads][window][head_dim / g] each.
   size_t v_params() const { return size_t(n_kv_heads) * window * (head_dim / g()); }
   // Exact bytes of one window in the low-bit tier, metadata included (M_q of SPEC §3).
-  size_t window_bytes() const { return 2 * code_bytes() + 2 * 2 * k_params() + 2 * 2 * v_params(); }
-  // Offsets inside a window's byte block.
-  size_t k_codes_off() const { return 0; }
-  size_t v_codes_off() const { return code_bytes(); }
-  size_t k_scale_off() const { return 2 * code_bytes(); }
-  size_t k_zero_off() const { return k_scale_off() + 2 * k_params(); }
-  size_t v_scale_off() const { return k_zero_off() + 2 * k_params(); }
-  size_t v_zero_off() const { return v_scale_off() + 2 * v_params(); }
+  size_t window_bytes() const { return size_t(n_kv_heads) * head_bytes(); }
+  // Offsets inside a window's byte block, of head h's parts.
+  size_t k_codes_off(int h) const { return size_t(h) * head_bytes(); }
+  size_t v_codes_off(int h) const { return k_codes_off(h) + head_code_bytes(); }
+  size_t k_scale_off(int h) const { return v_codes_off(h) + head_code_bytes(); }
+  size_t k_zero_off(int h) const { return k_scale_off(h) + 2 * size_t(head_dim); }
+  size_t v_scale_off(int h) const { return k_zero_off(h) + 2 * size_t(head_dim); }
+  size_t v_zero_off(int h) const { return v_scale_off(h) + 2 * size_t(window) * (head_dim / g()); }
 };
 
 // The f16 scale/zero i of the array at p. Windows may start at any byte (a pool slot, a

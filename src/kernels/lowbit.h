@@ -22,6 +22,14 @@ void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const Rop
 // KV head h's values of tokens [0, n): v f32 [n][ldv] = scale·code + zero per group.
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv);
 
+// out[j][c] += Σ_{t<n} p[j·ldp + t] · v_t[c] for the g query heads j of KV head h, v_t the
+// window's value rows, computed from the codes (no decoded rows): the attention's P·V step
+// for a low-bit window. Needs qwin_pv_supported(L, g) (value groups a whole number of SIMD
+// vectors, g ≤ 8) and n ≤ 64; otherwise decode with qwin_values and accumulate.
+bool qwin_pv_supported(const QuantLayout& L, int g);
+void qwin_pv_accumulate(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
+                        int64_t ldp, int g, float* out, int64_t ldo);
+
 // Rotates n rows of d floats: out[r][c] = x[r][c]·cosx[c] + x[r][partner(c)]·sinx[c] with
 // expanded cos/sin (RopeTable::expanded); inverse = true rotates by the opposite angle
 // (negated sinx). x and out must not overlap.

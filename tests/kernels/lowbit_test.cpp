@@ -92,6 +92,57 @@ INSTANTIATE_TEST_SUITE_P(
         LbShape{2, 16, 300, 0, 16, RopeStyle::kNormal},  // ω > one table level
         LbShape{4, 16, 2, 0, 8, RopeStyle::kNeox}));
 
+// qwin_pv_accumulate (P·V from the codes) against decoded values summed in double: INT2 and
+// INT4, 1..8 query heads, partial windows, value groups of one or more vectors, head dims
+// of 1..5 vectors, a misaligned window, output rows with a stride and sentinels after them;
+// layouts it does not take (groups smaller than a vector) are reported as unsupported.
+TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
+  const int N = 16;  // the widest SIMD target's lanes; narrower targets divide it
+  int checked = 0;
+  for (int bits : {2, 4})
+    for (int d : {16, 64, 80})
+      for (int group : {0, 16, 32})
+        for (int W : {8, 13})
+          for (int g : {1, 3, 8}) {
+            QuantLayout L{bits, 2, d, W, group};
+            if (!L.validate().is_ok()) continue;
+            if (!qwin_pv_supported(L, g)) {
+              ASSERT_NE(L.g() % N, 0) << "d " << d << " group " << group << " g " << g;
+              continue;
+            }
+            std::mt19937 rng(bits * 1000 + d * 10 + g);
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            std::uniform_real_distribution<float> prob(0.0f, 1.0f);
+            std::vector<float> k(size_t(W) * 2 * d), v(k.size());
+            for (auto& x : k) x = dist(rng);
+            for (auto& x : v) x = 2.0f * dist(rng) + 0.5f;
+            std::vector<uint8_t> win(L.window_bytes() + 3);
+            quantize_window(L, k.data(), v.data(), W, win.data() + 3);
+            for (int n : {W, W / 2 + 1, 1}) {
+              const int64_t ldp = W + 2, ldo = d + 5;
+              std::vector<float> p(size_t(g) * ldp);
+              for (auto& x : p) x = prob(rng);
+              std::vector<float> got(size_t(g) * ldo, kSentinel), want(got.size(), kSentinel);
+              for (int j = 0; j < g; ++j)
+                for (int c = 0; c < d; ++c) got[j * ldo + c] = want[j * ldo + c] = 0.25f * c;
+              qwin_pv_accumulate(L, win.data() + 3, 1, n, p.data(), ldp, g, got.data(), ldo);
+              ref::qwin_pv_accumulate(L, win.data() + 3, 1, n, p.data(), ldp, g, want.data(), ldo);
+              for (int j = 0; j < g; ++j) {
+                for (int c = d; c < ldo; ++c) ASSERT_EQ(got[j * ldo + c], kSentinel);
+                for (int c = 0; c < d; ++c) {
+                  // n terms of |p·v| ≤ |p|(|s·code| + |z|), each rounded a few times.
+                  const float b = want[j * ldo + c];
+                  ASSERT_NEAR(got[j * ldo + c], b, 1e-5f * (std::fabs(b) + 8.0f * n))
+                      << "bits " << bits << " d " << d << " group " << group << " W " << W << " g "
+                      << g << " n " << n << " head " << j << " channel " << c;
+                }
+              }
+              ++checked;
+            }
+          }
+  EXPECT_GT(checked, 50);
+}
+
 // rope_rows with the table's expanded rows against double angles, forward and inverse.
 TEST(RopeRows, MatchesDoubleAnglesBothWays) {
   for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {

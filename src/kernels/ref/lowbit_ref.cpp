@@ -25,6 +25,19 @@ void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* 
     for (int j = 0; j < d; ++j) v[t * ldv + j] = vp[size_t(t) * d + j];
 }
 
+void qwin_pv_accumulate(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
+                        int64_t ldp, int g, float* out, int64_t ldo) {
+  const int d = L.head_dim;
+  std::vector<float> vp(size_t(n) * d);
+  dequantize_window_head(L, win, h, n, nullptr, vp.data());
+  for (int j = 0; j < g; ++j)
+    for (int c = 0; c < d; ++c) {
+      double acc = 0.0;
+      for (int t = 0; t < n; ++t) acc += double(p[j * ldp + t]) * vp[size_t(t) * d + c];
+      out[j * ldo + c] += float(acc);
+    }
+}
+
 void rope_rows(const RopeParams& p, int d, int64_t pos, bool inverse, const float* x, int64_t ldx,
                int n, float* out, int64_t ldo) {
   std::vector<float> c(size_t(p.n_rot / 2 + 1)), s(c.size());

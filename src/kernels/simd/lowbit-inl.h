@@ -44,8 +44,23 @@ struct CodeUnpacker {
     mask = hl::Set(du, (1u << bits) - 1);
   }
   HWY_INLINE hl::Vec<LbTag> operator()(const uint8_t* row, int c0) const {
-    uint64_t w = 0;
-    std::memcpy(&w, row + c0 * bits / 8, size_t(nbytes));
+    // One plain load of the exact width: a memcpy of a run-time size is a libc call whose
+    // partial stores the 64-bit reload then waits on (store forwarding fails).
+    const uint8_t* src = row + c0 * bits / 8;
+    uint64_t w;
+    if (nbytes == 4) {
+      uint32_t x;
+      std::memcpy(&x, src, 4);
+      w = x;
+    } else if (nbytes == 8) {
+      std::memcpy(&w, src, 8);
+    } else if (nbytes == 2) {
+      uint16_t x;
+      std::memcpy(&x, src, 2);
+      w = x;
+    } else {
+      w = src[0];
+    }
     auto v = hl::Set(du, uint32_t(w));
     if (nbytes > 4) v = hl::IfThenElse(hi, hl::Set(du, uint32_t(w >> 32)), v);
     return hl::ConvertTo(df, hl::And(hl::Shr(v, shift), mask));
@@ -97,9 +112,9 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
   const int N = static_cast<int>(hl::Lanes(df));
   const int d = L.head_dim, W = L.window, bits = L.bits;
   assert(rope.head_dim() == d && d <= 1024 && W <= rope.limit());
-  const size_t row_bytes = size_t(d) * bits / 8;
-  const uint8_t* ks = win + L.k_scale_off() + 2 * size_t(h) * d;  // any alignment: LoadU/memcpy
-  const uint8_t* kz = win + L.k_zero_off() + 2 * size_t(h) * d;
+  const size_t row_bytes = L.row_bytes();
+  const uint8_t* ks = win + L.k_scale_off(h);  // any alignment: LoadU/memcpy
+  const uint8_t* kz = win + L.k_zero_off(h);
   HWY_ALIGN float s[1024], z[1024], pre[1024], cwide[1024], swide[1024];
   {
     const hl::Rebind<hwy::float16_t, LbTag> dh;
@@ -120,7 +135,7 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
   const int dv = d / N * N;
   const bool fused = rp.style == RopeStyle::kNormal && N >= 2;
   for (int t = 0; t < n; ++t) {
-    const uint8_t* row = win + L.k_codes_off() + (size_t(h) * W + t) * row_bytes;
+    const uint8_t* row = win + L.k_codes_off(h) + size_t(t) * row_bytes;
     const float* cx = rope.cosx_row(t);
     const float* sx = rope.sinx_row(t);
     if (t >= RopeTable::kLevelRows) {  // windows longer than one level (ω > 256): compose
@@ -155,16 +170,16 @@ inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, f
                        int64_t ldv) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
-  const int d = L.head_dim, W = L.window, bits = L.bits, g = L.g(), ng = d / g;
-  const size_t row_bytes = size_t(d) * bits / 8;
-  const uint8_t* vs = win + L.v_scale_off();
-  const uint8_t* vz = win + L.v_zero_off();
+  const int d = L.head_dim, bits = L.bits, g = L.g(), ng = d / g;
+  const size_t row_bytes = L.row_bytes();
+  const uint8_t* vs = win + L.v_scale_off(h);
+  const uint8_t* vz = win + L.v_zero_off(h);
   const CodeUnpacker unpack(bits);
   for (int t = 0; t < n; ++t) {
-    const uint8_t* row = win + L.v_codes_off() + (size_t(h) * W + t) * row_bytes;
+    const uint8_t* row = win + L.v_codes_off(h) + size_t(t) * row_bytes;
     float* out = v + t * ldv;
     for (int gi = 0; gi < ng; ++gi) {
-      const size_t pi = (size_t(h) * W + t) * ng + gi;
+      const size_t pi = size_t(t) * ng + gi;
       const float s = f16_to_f32(load_f16_bits(vs, pi)), z = f16_to_f32(load_f16_bits(vz, pi));
       const int c0 = gi * g, c1 = c0 + g;
       int c = c0;
@@ -173,6 +188,80 @@ inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, f
         for (; c + N <= c1; c += N) hl::StoreU(hl::MulAdd(unpack(row, c), vsc, vze), df, out + c);
       }
       for (; c < c1; ++c) out[c] = CodeAt(row, c, bits) * s + z;
+    }
+  }
+}
+
+// out[j][c] += Σ_t p[j][t]·v_t[c] straight from the codes: v_t[c] = s_t·code + z_t per
+// group, so the sum is Σ_t (p_jt·s_t)·code_t[c] + Σ_t p_jt·z_t — one multiply-add per code
+// and query head, no decoded row. Needs g() % lanes == 0 (a vector never spans two groups)
+// and g ≤ 8 query heads; QwinPvSupported tells.
+inline bool QwinPvSupported(const QuantLayout& L, int g) {
+  const LbTag df;
+  const int N = static_cast<int>(hl::Lanes(df));
+  return g >= 1 && g <= 8 && L.g() % N == 0 && L.head_dim <= 1024 && L.window <= 64;
+}
+
+inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
+                   int64_t ldp, int g, float* out, int64_t ldo) {
+  const LbTag df;
+  const int N = static_cast<int>(hl::Lanes(df));
+  const int d = L.head_dim, bits = L.bits, gs = L.g(), ng = d / gs;
+  assert(QwinPvSupported(L, g) && n <= 64);
+  const size_t row_bytes = L.row_bytes();
+  const uint8_t* codes = win + L.v_codes_off(h);
+  const uint8_t* vs = win + L.v_scale_off(h);
+  const uint8_t* vz = win + L.v_zero_off(h);
+  const CodeUnpacker unpack(bits);
+  // w[gi][t][j] = p_jt·s_t (the group's scale), zsum[j][gi] = Σ_t p_jt·z_t.
+  HWY_ALIGN float w[64 * 8];
+  float zsum[8];
+  for (int gi = 0; gi < ng; ++gi) {
+    for (int j = 0; j < g; ++j) zsum[j] = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      const size_t pi = size_t(t) * ng + gi;
+      const float st = f16_to_f32(load_f16_bits(vs, pi)), zt = f16_to_f32(load_f16_bits(vz, pi));
+      for (int j = 0; j < g; ++j) {
+        const float pj = p[j * ldp + t];
+        w[t * 8 + j] = pj * st;
+        zsum[j] += pj * zt;
+      }
+    }
+    const int c0 = gi * gs, c1 = c0 + gs;
+    for (int c = c0; c < c1; c += N) {
+      // Up to 8 accumulators (one per query head) stay in registers across the tokens.
+      auto a0 = hl::Set(df, zsum[0]), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+      if (g > 1) a1 = hl::Set(df, zsum[1]);
+      if (g > 2) a2 = hl::Set(df, zsum[2]);
+      if (g > 3) a3 = hl::Set(df, zsum[3]);
+      if (g > 4) a4 = hl::Set(df, zsum[4]);
+      if (g > 5) a5 = hl::Set(df, zsum[5]);
+      if (g > 6) a6 = hl::Set(df, zsum[6]);
+      if (g > 7) a7 = hl::Set(df, zsum[7]);
+      for (int t = 0; t < n; ++t) {
+        const auto cv = unpack(codes + size_t(t) * row_bytes, c);
+        const float* wt = w + t * 8;
+        a0 = hl::MulAdd(hl::Set(df, wt[0]), cv, a0);
+        if (g > 1) a1 = hl::MulAdd(hl::Set(df, wt[1]), cv, a1);
+        if (g > 2) a2 = hl::MulAdd(hl::Set(df, wt[2]), cv, a2);
+        if (g > 3) a3 = hl::MulAdd(hl::Set(df, wt[3]), cv, a3);
+        if (g > 4) a4 = hl::MulAdd(hl::Set(df, wt[4]), cv, a4);
+        if (g > 5) a5 = hl::MulAdd(hl::Set(df, wt[5]), cv, a5);
+        if (g > 6) a6 = hl::MulAdd(hl::Set(df, wt[6]), cv, a6);
+        if (g > 7) a7 = hl::MulAdd(hl::Set(df, wt[7]), cv, a7);
+      }
+      const auto add = [&](int j, decltype(a0) a) {
+        float* o = out + j * ldo + c;
+        hl::StoreU(hl::Add(hl::LoadU(df, o), a), df, o);
+      };
+      add(0, a0);
+      if (g > 1) add(1, a1);
+      if (g > 2) add(2, a2);
+      if (g > 3) add(3, a3);
+      if (g > 4) add(4, a4);
+      if (g > 5) add(5, a5);
+      if (g > 6) add(6, a6);
+      if (g > 7) add(7, a7);
     }
   }
 }

@@ -14,6 +14,8 @@ namespace qevict {
 HWY_EXPORT(QwinKeys);
 HWY_EXPORT(QwinValues);
 HWY_EXPORT(RopeRows);
+HWY_EXPORT(QwinPv);
+HWY_EXPORT(QwinPvSupported);
 
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                float* k, int64_t ldk) {
@@ -21,6 +23,13 @@ void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const Rop
 }
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv) {
   HWY_DYNAMIC_DISPATCH(QwinValues)(L, win, h, n, v, ldv);
+}
+bool qwin_pv_supported(const QuantLayout& L, int g) {
+  return HWY_DYNAMIC_DISPATCH(QwinPvSupported)(L, g);
+}
+void qwin_pv_accumulate(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
+                        int64_t ldp, int g, float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(QwinPv)(L, win, h, n, p, ldp, g, out, ldo);
 }
 void rope_rows(const RopeParams& p, int d, const float* cosx, const float* sinx, bool inverse,
                const float* x, int64_t ldx, int n, float* out, int64_t ldo) {
