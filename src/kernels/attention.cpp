@@ -106,8 +106,10 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
   if (qrot.size() < size_t(g) * d) qrot.resize(size_t(g) * d);
-  // Low-bit values are summed from their codes (no decoded rows) when the layout allows.
-  const bool pv_from_codes = p.qlayout && qwin_pv_supported(*p.qlayout, g);
+  // Decode (one query) sums low-bit values straight from their codes; a run of queries
+  // (prefill) decodes the run's values once and sums the rows for each query. The two round
+  // differently (ulps, tested): a query's output depends on whether it is alone.
+  const bool pv_from_codes = p.qlayout && nq == 1 && qwin_pv_supported(*p.qlayout, g);
   // One query (decode) decodes each low-bit window's keys just before scoring them, into a
   // window-sized buffer that stays in L1; a run of queries decodes the run's keys once for
   // all of them. The decoded values and the scoring are the same either way.

@@ -129,7 +129,8 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   }
 }
 
-// Several queries in one call (prefill): each equals its own single-query run.
+// Several queries in one call (prefill): each equals its own single-query run (up to the
+// rounding of the low-bit window's value sum, which a lone query takes from the codes).
 TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
   const int g = 3, d = 16, H = 1;
   RopeParams rp;
@@ -169,8 +170,17 @@ TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
     attn_state_init(one.data(), g, d);
     fused_attention_partial(p, q.data() + i * ldq, 0, 1, qpos0 + i, blocks.data(), 3, one.data(),
                             ml1.data(), 0);
-    for (int j = 0; j < g * st; ++j)
-      ASSERT_EQ(multi[size_t(i) * g * st + j], one[j]) << "query " << i << " index " << j;
+    // Scores, maxima and sums are bit-identical; the value sums are too except for the
+    // low-bit window, which a lone query sums from its codes and a run from decoded rows
+    // (attention.cpp): the same products rounded in another order, a few ulps of the terms
+    // (|p| ≤ 1, |v| ≲ 4, ≤ 28 tokens).
+    for (int j = 0; j < g * st; ++j) {
+      const float a = multi[size_t(i) * g * st + j], b = one[j];
+      if (j % st < 2)
+        ASSERT_EQ(a, b) << "query " << i << " index " << j;
+      else
+        ASSERT_NEAR(a, b, 28 * 4 * 8 * std::ldexp(1.0f, -24)) << "query " << i << " index " << j;
+    }
     for (int j = 0; j < 3 * g * 2; ++j)
       ASSERT_EQ(ml[size_t(i) * 3 * g * 2 + j], ml1[j]) << "query " << i;
   }

@@ -199,7 +199,8 @@ inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, f
 inline bool QwinPvSupported(const QuantLayout& L, int g) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
-  return g >= 1 && g <= 8 && L.g() % N == 0 && L.head_dim <= 1024 && L.window <= 64;
+  return g >= 1 && g <= 8 && L.g() % N == 0 && L.head_dim <= 1024 && L.window <= 64 &&
+         L.window * (L.head_dim / L.g()) <= 64 * 64;
 }
 
 inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
@@ -213,6 +214,23 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
   const CodeUnpacker unpack(bits);
+  // The window's value scales and zeros as floats, [t][gi] (vector F16C conversion).
+  HWY_ALIGN float sf[64 * 64], zf[64 * 64];
+  {
+    const hl::Rebind<hwy::float16_t, LbTag> dh;
+    const int np = n * ng;
+    int i = 0;
+    for (; i + N <= np; i += N) {
+      hl::Store(
+          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(vs + 2 * i))), df,
+          sf + i);
+      hl::Store(
+          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(vz + 2 * i))), df,
+          zf + i);
+    }
+    for (; i < np; ++i)
+      sf[i] = f16_to_f32(load_f16_bits(vs, i)), zf[i] = f16_to_f32(load_f16_bits(vz, i));
+  }
   // w[gi][t][j] = p_jt·s_t (the group's scale), zsum[j][gi] = Σ_t p_jt·z_t.
   HWY_ALIGN float w[64 * 8];
   float zsum[8];
@@ -220,7 +238,7 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
     for (int j = 0; j < g; ++j) zsum[j] = 0.0f;
     for (int t = 0; t < n; ++t) {
       const size_t pi = size_t(t) * ng + gi;
-      const float st = f16_to_f32(load_f16_bits(vs, pi)), zt = f16_to_f32(load_f16_bits(vz, pi));
+      const float st = sf[pi], zt = zf[pi];
       for (int j = 0; j < g; ++j) {
         const float pj = p[j * ldp + t];
         w[t * 8 + j] = pj * st;
