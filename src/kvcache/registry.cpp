@@ -3,13 +3,40 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kvcache/policies/h2o_policy.h"
 #include "kvcache/policies/qevict_policy.h"
+#include "kvcache/policies/snapkv_policy.h"
 #include "kvcache/policies/streaming_policy.h"
 
 namespace qevict {
 
 namespace {
+
+// The defaults the SnapKV family (issue 10) shares: per-head token caches with no sink, the
+// observation window w as the recent region, the prompt compressed once at its end (every
+// reference does; --prefill-route chunk stays available), the rule re-applied every
+// Ω = w decode steps, and, with no budget, the authors' capacity (`tokens` per KV head) or
+// budget fraction. Errors on options that do not apply (no windows, no low-bit tier).
+Status family_defaults(KvCacheParams* p, const KvParamsGiven& given, int w, int64_t tokens,
+                       double fraction) {
+  if (given.window || given.q || given.bits)
+    return Status::error(fmt::format(
+        "--kv-window, --kv-q and --kv-bits do not apply to {} (token level, full precision)",
+        p->policy));
+  if (!given.sink) p->sink = 0;
+  if (!given.local) p->local = w;
+  if (!given.route_every) p->route_every = w;
+  if (!given.prefill_route) p->prefill_route = "end";
+  p->window = 1;
+  p->q = 0.0;
+  if (!(p->budget_fraction > 0.0) && p->budget_bytes <= 0 && p->budget_tokens <= 0) {
+    if (tokens > 0) p->budget_tokens = tokens;
+    if (tokens <= 0) p->budget_fraction = fraction;
+  }
+  return Status::ok();
+}
 
 std::deque<PolicyInfo> built_ins() {
   std::deque<PolicyInfo> rows;
@@ -73,6 +100,22 @@ std::deque<PolicyInfo> built_ins() {
     };
     r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
       return std::make_unique<H2OPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "snapkv";
+    r.summary = "SnapKV: per-head top tokens by the last 32 prompt queries' pooled attention";
+    r.source =
+        "Li et al. 2024 (arXiv 2404.14469); FasterDecoding/SnapKV snapkv_utils.py:L38-81: w 32, "
+        "max_capacity_prompt 2048 tokens, avgpool k 5; per-KV-head selection as kvpress";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<SnapKVPolicy>();
     };
     rows.push_back(std::move(r));
   }
