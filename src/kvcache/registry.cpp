@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kvcache/policies/h2o_policy.h"
+#include "kvcache/policies/pyramidkv_policy.h"
 #include "kvcache/policies/qevict_policy.h"
 #include "kvcache/policies/snapkv_policy.h"
 #include "kvcache/policies/streaming_policy.h"
@@ -116,6 +117,22 @@ std::deque<PolicyInfo> built_ins() {
     };
     r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
       return std::make_unique<SnapKVPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "pyramidkv";
+    r.summary = "PyramidKV: SnapKV with per-layer budgets falling linearly with depth";
+    r.source =
+        "Cai et al. 2024 (arXiv 2406.02069); kvpress pyramidkv_press.py:L70-84, beta 20; "
+        "SnapKV's w 32, k 5, avgpool, 2048 tokens per head on average";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<PyramidKVPolicy>(PyramidKVOptions{}, p.sink + std::max(p.local, 0));
     };
     rows.push_back(std::move(r));
   }
