@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kvcache/policies/adakv_policy.h"
 #include "kvcache/policies/h2o_policy.h"
 #include "kvcache/policies/pyramidkv_policy.h"
 #include "kvcache/policies/qevict_policy.h"
@@ -133,6 +134,23 @@ std::deque<PolicyInfo> built_ins() {
     };
     r.make_policy = [](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
       return std::make_unique<PyramidKVPolicy>(PyramidKVOptions{}, p.sink + std::max(p.local, 0));
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "adakv";
+    r.summary =
+        "AdaKV (Ada-SnapKV): head-adaptive budgets, floor 0.2, variable-length per-head storage";
+    r.source =
+        "Feng et al. 2024 (arXiv 2407.11550); FFY0/AdaKV snapkv_utils.py:L303-501, "
+        "monkeypatch.py:L34 (w 32, k 7, maxpool), pred.py:L27-29 (floor_alpha 0.2)";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<AdaKVPolicy>();
     };
     rows.push_back(std::move(r));
   }
