@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kvcache/policies/adakv_policy.h"
+#include "kvcache/policies/criticalkv_policy.h"
 #include "kvcache/policies/h2o_policy.h"
 #include "kvcache/policies/pyramidkv_policy.h"
 #include "kvcache/policies/qevict_policy.h"
@@ -151,6 +152,26 @@ std::deque<PolicyInfo> built_ins() {
     };
     r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
       return std::make_unique<AdaKVPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  for (const bool adaptive : {false, true}) {
+    PolicyInfo r;
+    r.name = adaptive ? "criticaladakv" : "criticalkv";
+    r.summary = adaptive ? "CriticalAdaKV: CriticalKV's two stages on AdaKV's head budgets"
+                         : "CriticalKV: SnapKV scores, then (score + 1e-4) x ||v W_O||_1 for "
+                           "half the budget";
+    r.source =
+        "Feng et al. 2025 (arXiv 2502.03805); kvpress criticalkv_press.py:L37-194 (eps 1e-4, "
+        "first stage 0.5, alpha 0.2); SnapKV w 32, k 5, avgpool, 2048 tokens per head";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [adaptive](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
+      CriticalKVOptions o;
+      o.adaptive = adaptive;
+      return std::make_unique<CriticalKVPolicy>(o, p.sink + std::max(p.local, 0));
     };
     rows.push_back(std::move(r));
   }
