@@ -7,6 +7,7 @@
 
 #include "kvcache/policies/adakv_policy.h"
 #include "kvcache/policies/criticalkv_policy.h"
+#include "kvcache/policies/defensivekv_policy.h"
 #include "kvcache/policies/h2o_policy.h"
 #include "kvcache/policies/pyramidkv_policy.h"
 #include "kvcache/policies/qevict_policy.h"
@@ -172,6 +173,28 @@ std::deque<PolicyInfo> built_ins() {
       CriticalKVOptions o;
       o.adaptive = adaptive;
       return std::make_unique<CriticalKVPolicy>(o, p.sink + std::max(p.local, 0));
+    };
+    rows.push_back(std::move(r));
+  }
+  for (const bool over_layers : {false, true}) {
+    PolicyInfo r;
+    r.name = over_layers ? "layer-defensivekv" : "defensivekv";
+    r.summary = over_layers
+                    ? "Layer-DefensiveKV: DefensiveKV with one budget shared by every layer"
+                    : "DefensiveKV: defensive (max) window aggregation x value norms, "
+                      "head-adaptive";
+    r.source =
+        "Feng et al. 2025 (arXiv 2510.13334); FFY0/DefensiveKV efficient_defensivekv_press.py:"
+        "L158-227 (w 32, k 5), efficient_ada_scorer_press.py:L89-96, "
+        "efficient_ada_global_scorer_press.py:L164-192; evaluate.sh cr 0.8 (budget 0.2)";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 0, 0.2);
+    };
+    r.make_policy = [over_layers](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
+      DefensiveKVOptions o;
+      o.over_layers = over_layers;
+      return std::make_unique<DefensiveKVPolicy>(o, p.sink + std::max(p.local, 0));
     };
     rows.push_back(std::move(r));
   }
