@@ -254,7 +254,8 @@ Status HeadKvCache::value_norms(int layer) {
     HeadStore& s = head(layer, h);
     const int64_t b = request_.cand_begin(h), n_h = request_.n_cand(h);
     if (n_h == 0) continue;
-    const int64_t first = std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
+    const int64_t first =
+        std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
     rows.clear();
     for (int64_t i = 0; i < n_h; ++i)
       if (std::isnan(s.nu[size_t(first + i)])) rows.push_back(first + i);
@@ -367,9 +368,9 @@ Status HeadKvCache::route() {
     for (int l = 0; l < L; ++l)
       sum += std::max<int64_t>(0, policy_->layer_budget(l, L, H, budget_.head_heavy, n_hist));
     if (sum > total)
-      return Status::error(fmt::format(
-          "{} gives the layers {} history tokens, more than {} layers x {} heads x {}",
-          policy_->name(), sum, L, H, budget_.head_heavy));
+      return Status::error(
+          fmt::format("{} gives the layers {} history tokens, more than {} layers x {} heads x {}",
+                      policy_->name(), sum, L, H, budget_.head_heavy));
     for (int l = 0; l < shape_.n_layers; ++l) QEVICT_RETURN_IF_ERROR(route_layer(l));
     std::vector<float>().swap(wo_f32_);
   } else {
@@ -513,8 +514,8 @@ void HeadKvCache::report(KvReport* out, ReportDetail detail) const {
       if (detail == ReportDetail::kTiers) position_tiers(l, h, &tiers);
       r.bytes_full += size_t(s.n()) * budget_.head_token_bytes;
       r.bytes_allocated += (s.k.capacity() + s.v.capacity()) * sizeof(uint16_t) +
-                           s.pos.capacity() * sizeof(int32_t) + s.score.capacity() * sizeof(double) +
-                           s.nu.capacity() * sizeof(float);
+                           s.pos.capacity() * sizeof(int32_t) +
+                           s.score.capacity() * sizeof(double) + s.nu.capacity() * sizeof(float);
       if (detail == ReportDetail::kTiers) out->position_tiers.push_back(tiers);
     }
     r.bytes_budgeted = r.bytes_full;

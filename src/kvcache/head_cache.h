@@ -119,13 +119,13 @@ class HeadKvCache final : public SequenceKvCache {
   RoutingRequest request_;
   RoutingPlan plan_;
   // Observation window (needs_.obs_window = w): each layer's last w queries, oldest first.
-  int64_t obs_n_ = 0;           // queries held (≤ w), the same for every layer
-  std::vector<float> obs_q_;    // f32 [n_layers][w][q_width]
-  std::vector<float> obs_st_;   // f32 [group][head_dim + 2] one query's softmax state
-  std::vector<float> obs_ml_;   // f32 [kept tokens][group][2] its per-token (m, l)
+  int64_t obs_n_ = 0;          // queries held (≤ w), the same for every layer
+  std::vector<float> obs_q_;   // f32 [n_layers][w][q_width]
+  std::vector<float> obs_st_;  // f32 [group][head_dim + 2] one query's softmax state
+  std::vector<float> obs_ml_;  // f32 [kept tokens][group][2] its per-token (m, l)
   // Value norms (needs_.value_norms).
   const OutputProjection* wo_ = nullptr;
-  std::vector<float> wo_f32_;   // f32 [n_embd][q_width] one layer's W_O, while routing
+  std::vector<float> wo_f32_;  // f32 [n_embd][q_width] one layer's W_O, while routing
   // Attention scratch.
   std::vector<KvBlockRef> blocks_;  // one per kept token of each head
   std::vector<int64_t> head_off_;

@@ -179,10 +179,9 @@ std::deque<PolicyInfo> built_ins() {
   for (const bool over_layers : {false, true}) {
     PolicyInfo r;
     r.name = over_layers ? "layer-defensivekv" : "defensivekv";
-    r.summary = over_layers
-                    ? "Layer-DefensiveKV: DefensiveKV with one budget shared by every layer"
-                    : "DefensiveKV: defensive (max) window aggregation x value norms, "
-                      "head-adaptive";
+    r.summary = over_layers ? "Layer-DefensiveKV: DefensiveKV with one budget shared by every layer"
+                            : "DefensiveKV: defensive (max) window aggregation x value norms, "
+                              "head-adaptive";
     r.source =
         "Feng et al. 2025 (arXiv 2510.13334); FFY0/DefensiveKV efficient_defensivekv_press.py:"
         "L158-227 (w 32, k 5), efficient_ada_scorer_press.py:L89-96, "

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "kvcache/obs_family.h"
 
@@ -31,22 +32,23 @@ std::vector<int64_t> allocate_ref(const std::vector<std::vector<double>>& s, int
   const int H = int(s.size());
   std::vector<std::tuple<double, int, int>> all;
   for (int h = 0; h < H; ++h)
-    for (int i = 0; i < int(s[size_t(h)].size()); ++i) all.push_back({s[size_t(h)][size_t(i)], h, i});
+    for (int i = 0; i < int(s[size_t(h)].size()); ++i)
+      all.push_back({s[size_t(h)][size_t(i)], h, i});
   for (size_t a = 0; a < all.size(); ++a)
     for (size_t b = a + 1; b < all.size(); ++b) {
       const auto& x = all[a];
       const auto& y = all[b];
       const bool y_first = std::get<0>(y) > std::get<0>(x) ||
                            (std::get<0>(y) == std::get<0>(x) &&
-                            (std::get<1>(y) < std::get<1>(x) ||
-                             (std::get<1>(y) == std::get<1>(x) && std::get<2>(y) < std::get<2>(x))));
+                            (std::get<1>(y) < std::get<1>(x) || (std::get<1>(y) == std::get<1>(x) &&
+                                                                 std::get<2>(y) < std::get<2>(x))));
       if (y_first) std::swap(all[a], all[b]);
     }
   const int64_t top = std::min<int64_t>(int64_t(H) * B, int64_t(all.size()));
   if (ambiguous && top > 0 && top < int64_t(all.size())) {
     const double a = std::get<0>(all[size_t(top - 1)]), b = std::get<0>(all[size_t(top)]);
-    *ambiguous |= std::get<1>(all[size_t(top - 1)]) != std::get<1>(all[size_t(top)]) &&
-                  a != b && std::fabs(a - b) <= 1e-4 * std::max(std::fabs(a), std::fabs(b)) + 1e-12;
+    *ambiguous |= std::get<1>(all[size_t(top - 1)]) != std::get<1>(all[size_t(top)]) && a != b &&
+                  std::fabs(a - b) <= 1e-4 * std::max(std::fabs(a), std::fabs(b)) + 1e-12;
   }
   std::vector<int64_t> c(size_t(H), 0), out(static_cast<size_t>(H));
   for (int64_t r = 0; r < top; ++r) ++c[size_t(std::get<1>(all[size_t(r)]))];
@@ -76,7 +78,8 @@ TEST(AdaKVPolicy, AllocationMatchesAdaKVsRule) {
   std::vector<std::vector<double>> s(3);
   for (int i = 0; i < 7; ++i) s[0].push_back(10 + i), s[1].push_back(20 + i);
   for (int i = 0; i < 16; ++i) s[2].push_back(30 + i);
-  for (int i = 0; i < 20; ++i) s[0].push_back(0.001 * i), s[1].push_back(0.001 * i), s[2].push_back(0.001 * i);
+  for (int i = 0; i < 20; ++i)
+    s[0].push_back(0.001 * i), s[1].push_back(0.001 * i), s[2].push_back(0.001 * i);
   std::vector<int64_t> got;
   AdaKVPolicy::allocate(s, 10, 0.2, &got);
   EXPECT_EQ(got, (std::vector<int64_t>{8, 7, 15}));
@@ -136,9 +139,8 @@ TEST(AdaKVCache, MatchesBruteForceModelWithVariableHeadStorage) {
     AdaKVOptions ao;
     ao.snap = {8, 7, ObsPool::kMax};
     obs_family::Driver drv(s, p, 200, std::make_unique<AdaKVPolicy>(ao));
-    const auto res = drv.run(o, 8, [&](const RouteInput& in) {
-      return adakv_rule(in, 12, 0.2, 7, true);
-    });
+    const auto res =
+        drv.run(o, 8, [&](const RouteInput& in) { return adakv_rule(in, 12, 0.2, 7, true); });
     if (HasFailure()) return;
     EXPECT_LT(res.ambiguous_heads * 10, res.checked_heads);
     EXPECT_TRUE(res.heads_differ) << "every head kept the same number of tokens";

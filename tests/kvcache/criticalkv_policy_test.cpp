@@ -61,7 +61,8 @@ RuleOutput critical_rule(const RouteInput& in, int64_t B, int R, bool adaptive) 
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < int(s[size_t(h)].size()); ++i) all.push_back({h, i});
     auto before = [&](std::pair<int, int> a, std::pair<int, int> b) {
-      const double x = s[size_t(a.first)][size_t(a.second)], y = s[size_t(b.first)][size_t(b.second)];
+      const double x = s[size_t(a.first)][size_t(a.second)],
+                   y = s[size_t(b.first)][size_t(b.second)];
       if (x != y) return x > y;
       if (a.first != b.first) return a.first < b.first;
       return a.second < b.second;
@@ -131,10 +132,11 @@ TEST(CriticalKVPolicy, ValueNormsReorderTheSecondStage) {
   req.n_heads = 1;
   req.group = 1;
   req.n_obs = 1;
-  for (int i = 0; i < 4; ++i) req.candidates.push_back({i * 10, i * 10, 0.0, Tier::kLocal, false, 0});
+  for (int i = 0; i < 4; ++i)
+    req.candidates.push_back({i * 10, i * 10, 0.0, Tier::kLocal, false, 0});
   req.head_begin = {0, 4};
-  // Pool k = 1 would keep these as they are; k = 5 averages, so use spaced mass: scores
-  // after avg-pooling (k = 5 over 4 candidates) still rank 0 > 1 > 2 > 3.
+  // Avg pooling (k = 5, padding counted) over 4 candidates gives 0.3, 0.3, 0.3, 0.14: the
+  // first three tie exactly and rank by position, 0 > 1 > 2 > 3.
   req.obs = {0.8f, 0.6f, 0.1f, 0.0f};
   req.value_norm = {1.0f, 0.01f, 100.0f, 0.5f};
   req.budget.window_full = 1;
@@ -145,7 +147,7 @@ TEST(CriticalKVPolicy, ValueNormsReorderTheSecondStage) {
   pol.plan(req, &plan);
   EXPECT_EQ(obs_family::kept_of(req, plan, 0), (std::set<int32_t>{0, 20}));
   // R = 2: K counts the 2 always-kept tokens, stage 1 gets ⌊0.5·4⌋ − 2 = 0: by (s + ε)·ν,
-  // 20 then 0 (0.8·1 > 0.5·0.6·0.01).
+  // 20 then 0 ((0.3 + ε)·100, (0.3 + ε)·1, then 0.14·0.5 and 0.3·0.01).
   CriticalKVPolicy pol2({}, 2);
   pol2.plan(req, &plan);
   EXPECT_EQ(obs_family::kept_of(req, plan, 0), (std::set<int32_t>{0, 20}));
@@ -202,9 +204,8 @@ TEST(CriticalKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
     co.snap = {8, 5, ObsPool::kAvg};
     co.adaptive = adaptive;
     obs_family::Driver drv(s, p, 200, std::make_unique<CriticalKVPolicy>(co, recent));
-    const auto res = drv.run(o, 8, [&](const RouteInput& in) {
-      return critical_rule(in, 14, recent, adaptive);
-    });
+    const auto res = drv.run(
+        o, 8, [&](const RouteInput& in) { return critical_rule(in, 14, recent, adaptive); });
     if (HasFailure()) return;
     EXPECT_LT(res.ambiguous_heads * 10, res.checked_heads);
     EXPECT_GT(res.evictions, 0);

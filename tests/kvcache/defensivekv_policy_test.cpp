@@ -83,7 +83,8 @@ std::vector<std::vector<double>> defensive_scores_ref(const RouteInput& in, int6
       }
     }
     count = std::min(count, K);
-    if (count > 0 && size_t(count) < n && near(ave[size_t(idx[size_t(count - 1)])], ave[size_t(idx[size_t(count)])]))
+    if (count > 0 && size_t(count) < n &&
+        near(ave[size_t(idx[size_t(count - 1)])], ave[size_t(idx[size_t(count)])]))
       (*ambiguous)[size_t(h)] = true;
     for (int64_t r = 0; r < count; ++r) s[size_t(idx[size_t(r)])] = kInf;
   }
@@ -100,7 +101,7 @@ void global_top(std::vector<Entry>& all, int64_t top, bool* ambiguous) {
     for (size_t b = a + 1; b < all.size(); ++b) {
       const Entry& x = all[a];
       const Entry& y = all[b];
-      const bool y_first = y.s != x.s ? y.s > x.s
+      const bool y_first = y.s != x.s   ? y.s > x.s
                            : y.l != x.l ? y.l < x.l
                            : y.h != x.h ? y.h < x.h
                                         : y.i < x.i;
@@ -134,7 +135,8 @@ std::vector<RuleOutput> defensive_rule(const std::vector<RouteInput>& ins, int64
     int64_t n_all = int64_t(layer.size());
     bool amb = false;
     global_top(layer, int64_t(H) * std::min(K, n_all), &amb);
-    for (const Entry& e : layer) outs[l].keep[size_t(e.h)].insert(ins[l].cand[size_t(e.h)][size_t(e.i)]);
+    for (const Entry& e : layer)
+      outs[l].keep[size_t(e.h)].insert(ins[l].cand[size_t(e.h)][size_t(e.i)]);
     if (amb) outs[l].ambiguous.assign(size_t(H), true);
   }
   if (over_layers) {
@@ -188,8 +190,8 @@ TEST(DefensiveKVPolicy, MaxOverHeadsNotMean) {
   req.n_obs = 1;
   for (int i = 0; i < 3; ++i) req.candidates.push_back({i, i, 0.0, Tier::kLocal, false, 0});
   req.head_begin = {0, 3};
-  req.obs = {0.9f, 0.3f, 0.0f,    // query head 0
-             0.0f, 0.3f, 0.9f};   // query head 1
+  req.obs = {0.9f, 0.3f, 0.0f,   // query head 0
+             0.0f, 0.3f, 0.9f};  // query head 1
   req.value_norm = {1.0f, 1.0f, 1.0f};
   req.budget.window_full = 1;
   req.budget.full_bytes = 1;
@@ -238,8 +240,8 @@ TEST(DefensiveKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
   const TestWo wo(s, 10, 8);
   for (const bool over_layers : {false, true}) {
     SCOPED_TRACE(over_layers ? "layer-defensivekv" : "defensivekv");
-    KvCacheParams p = obs_family::family_params(over_layers ? "layer-defensivekv" : "defensivekv",
-                                                16, recent, 4);
+    KvCacheParams p =
+        obs_family::family_params(over_layers ? "layer-defensivekv" : "defensivekv", 16, recent, 4);
     obs_family::DriveOptions o;
     o.calls = {33, 33};
     o.n_prompt = 66;
@@ -263,7 +265,8 @@ TEST(DefensiveKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
     if (over_layers) {
       const KvReport r = report_of(drv.cache());
       bool layers_differ = false;
-      for (const auto& l : r.layers) layers_differ |= l.bytes_budgeted != r.layers[0].bytes_budgeted;
+      for (const auto& l : r.layers)
+        layers_differ |= l.bytes_budgeted != r.layers[0].bytes_budgeted;
       EXPECT_TRUE(layers_differ) << "every layer kept the same bytes";
     }
   }

@@ -116,7 +116,7 @@ inline std::vector<double> snap_scores_ref(const RouteInput& in, int h, int k, b
 // A random per-layer request: H heads with their own candidates, obs rows that are random
 // probabilities (not normalized: the rule does not care), budget `quota` tokens per head.
 inline RoutingRequest random_request(std::mt19937& rng, int H, int g, int n_obs, int64_t quota,
-                              bool ties) {
+                                     bool ties) {
   RoutingRequest req;
   req.n_heads = H;
   req.group = g;
@@ -448,9 +448,9 @@ class Driver {
   KvCacheParams p_;
   int64_t n_ctx_;
   std::unique_ptr<HeadKvCache> c_;
-  std::vector<std::vector<double>> K_, V_;     // [layer] f64 [pos][kv_width], 16-bit rounded
-  std::vector<std::vector<float>> Q_;          // [layer] f32 [pos][q_width]
-  std::vector<std::vector<int32_t>> kept_;     // [layer][head] positions the cache holds
+  std::vector<std::vector<double>> K_, V_;  // [layer] f64 [pos][kv_width], 16-bit rounded
+  std::vector<std::vector<float>> Q_;       // [layer] f32 [pos][q_width]
+  std::vector<std::vector<int32_t>> kept_;  // [layer][head] positions the cache holds
 };
 
 // Params of a family policy with its registry defaults, then the test's geometry.

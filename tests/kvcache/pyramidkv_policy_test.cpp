@@ -75,8 +75,7 @@ TEST(PyramidKVPolicy, LayerBudgetsFollowKvpress) {
 // SnapKV's rule within kvpress's layer budget (brute force).
 RuleOutput pyramid_rule(const RouteInput& in, int recent, int beta, int k) {
   const int64_t T = in.heavy + recent;
-  const int64_t quota = pyramid_ref(in.layer, in.n_layers, T, in.n_past, recent, beta) -
-                        recent;
+  const int64_t quota = pyramid_ref(in.layer, in.n_layers, T, in.n_past, recent, beta) - recent;
   RuleOutput out;
   for (size_t h = 0; h < in.cand.size(); ++h) {
     const std::vector<double> s = obs_family::snap_scores_ref(in, int(h), k, false);
@@ -106,9 +105,8 @@ TEST(PyramidKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
   po.snap = {8, 5, ObsPool::kAvg};
   po.beta = beta;
   obs_family::Driver drv(s, p, 200, std::make_unique<PyramidKVPolicy>(po, recent));
-  const auto res = drv.run(o, 8, [&](const RouteInput& in) {
-    return pyramid_rule(in, recent, beta, 5);
-  });
+  const auto res =
+      drv.run(o, 8, [&](const RouteInput& in) { return pyramid_rule(in, recent, beta, 5); });
   if (HasFailure()) return;
   EXPECT_GE(res.routing_events, 1 + 30 / 4);
   EXPECT_LT(res.ambiguous_heads * 10, res.checked_heads);

@@ -125,9 +125,8 @@ TEST(SnapKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
     obs_family::Driver drv(s, p, n_ctx,
                            std::make_unique<SnapKVPolicy>(SnapKVOptions{w, 5, ObsPool::kAvg}));
     const int64_t quota = 12;
-    const auto res = drv.run(o, w, [&](const RouteInput& in) {
-      return snapkv_rule(in, quota, 5, false);
-    });
+    const auto res =
+        drv.run(o, w, [&](const RouteInput& in) { return snapkv_rule(in, quota, 5, false); });
     if (HasFailure()) return;
     EXPECT_GE(res.routing_events, route == "end" ? 1 + 40 / 5 : 3 + 40 / 5);
     EXPECT_LT(res.ambiguous_heads * 10, res.checked_heads);

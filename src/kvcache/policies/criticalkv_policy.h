@@ -31,11 +31,11 @@
 namespace qevict {
 
 struct CriticalKVOptions {
-  SnapKVOptions snap;       // w = 32, k = 5, avgpool
+  SnapKVOptions snap;  // w = 32, k = 5, avgpool
   double epsilon = 1e-4;
   double first_stage = 0.5;
-  double alpha = 0.2;       // CriticalAdaKV's safeguard
-  bool adaptive = false;    // CriticalAdaKV
+  double alpha = 0.2;     // CriticalAdaKV's safeguard
+  bool adaptive = false;  // CriticalAdaKV
 };
 
 class CriticalKVPolicy final : public RoutingPolicy {

@@ -52,9 +52,7 @@ class DefensiveKVPolicy final : public RoutingPolicy {
   // `recent` = S + L, the tokens per head kept outside the history.
   DefensiveKVPolicy(DefensiveKVOptions o, int recent) : o_(o), recent_(recent) {}
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
-  std::string name() const override {
-    return o_.over_layers ? "layer-defensivekv" : "defensivekv";
-  }
+  std::string name() const override { return o_.over_layers ? "layer-defensivekv" : "defensivekv"; }
   PolicyNeeds needs() const override;
   // Layer-DefensiveKV: the layer budgets its prepare() pass chose.
   int64_t layer_budget(int layer, int n_layers, int n_heads, int64_t heavy,

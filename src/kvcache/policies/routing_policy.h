@@ -67,10 +67,10 @@ struct RoutingRequest {
 // What a policy's rule reads besides candidates and their cumulative scores; the cache that
 // runs it supplies these (per-head caches, HeadKvCache).
 struct PolicyNeeds {
-  bool per_layer = false;          // one request per layer with every KV head's candidates
-  int obs_window = 0;              // w > 0: RoutingRequest::obs over the last w queries
-  bool value_norms = false;        // RoutingRequest::value_norm
-  bool cumulative_scores = true;   // RoutingCandidate::score (H2O's per-step masses)
+  bool per_layer = false;         // one request per layer with every KV head's candidates
+  int obs_window = 0;             // w > 0: RoutingRequest::obs over the last w queries
+  bool value_norms = false;       // RoutingRequest::value_norm
+  bool cumulative_scores = true;  // RoutingCandidate::score (H2O's per-step masses)
   // Budgets shared across layers (Layer-DefensiveKV): the cache first hands every layer's
   // full request to prepare(), then calls prepare_done() and plans each layer (requests
   // without obs / value_norm: the policy kept what it needed).
