@@ -128,12 +128,16 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
       ->check(CLI::IsMember({"sum", "age"}));
   app.add_flag("--kv-strict-ledger", p.strict_ledger,
                "charge ledger copies held by promoted windows to the budget");
-  app.add_option("--prefill-route", p.prefill_route,
-                 "when budgeted caches route the prompt: chunk (after every prefill chunk; peak "
-                 "memory = budget + one chunk) or end (hold the whole prompt in full precision, "
-                 "route once when it is in; the paper's code; peak memory = the prompt)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"chunk", "end"}));
+  o.prefill_route =
+      app.add_option(
+             "--prefill-route", p.prefill_route,
+             "when budgeted caches route the prompt: chunk (after every prefill chunk; peak "
+             "memory = budget + one chunk) or end (hold the whole prompt in full precision, "
+             "route once when it is in; the paper's code; peak memory = the prompt). Default "
+             "chunk, but end for snapkv, pyramidkv, adakv, criticalkv, criticaladakv, "
+             "defensivekv, layer-defensivekv (their references compress the prompt once)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"chunk", "end"}));
   app.add_option("--prefill-window", p.prefill_window,
                  "with --prefill-route end on windowed caches: 0 ranks the prompt by the "
                  "cumulative attention of all its queries (Eq. 1); N > 0 by the last N queries "
@@ -157,6 +161,7 @@ Expected<KvCacheParams> kv_params(const KvOptions& o) {
   g.local = given(o.local);
   g.q = given(o.q);
   g.bits = given(o.bits);
+  g.prefill_route = given(o.prefill_route);
   QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, g));
   QEVICT_RETURN_IF_ERROR(p.validate());
   return p;

@@ -63,6 +63,7 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) const {
         "shared prefill: {} evicts or quantizes during prefill, so its prompt state cannot be "
         "replayed from another cache (use --prefill-route end)",
         dst->describe()));
+  if (wo_) dst->set_output_projection(wo_);
   std::vector<float> out;
   for (const Call& c : calls_) {
     QEVICT_RETURN_IF_ERROR(dst->begin(c.n_new));

@@ -39,6 +39,12 @@ class RecordingKvCache final : public SequenceKvCache {
   void clear() override;
   size_t bytes_held() const override { return inner_->bytes_held(); }
   bool prefill_keeps_everything() const override { return inner_->prefill_keeps_everything(); }
+  // Passed on, and kept for replay(): a target's routing at end_prompt() may read W_O
+  // (CriticalKV) before any forward call of its own binds it.
+  void set_output_projection(const OutputProjection* wo) override {
+    wo_ = wo;
+    inner_->set_output_projection(wo);
+  }
   std::string describe() const override { return inner_->describe(); }
   void report(KvReport* out, ReportDetail detail) const override { inner_->report(out, detail); }
 
@@ -62,6 +68,7 @@ class RecordingKvCache final : public SequenceKvCache {
   std::vector<Call> calls_;
   int64_t n_recorded_ = 0;
   bool open_ = false;  // a call between begin() and commit()
+  const OutputProjection* wo_ = nullptr;
 };
 
 }  // namespace qevict

@@ -56,7 +56,9 @@ Expected<KvCacheParams> variant_params(const std::string& name, const DiagnoseOp
     p.score = defaults.score;
     // --prefill-route applies to every variant; the observation window only to windowed ones.
     if (row->kind != CacheKind::kWindowed) p.prefill_window = 0;
-    QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, KvParamsGiven{}));
+    KvParamsGiven given;
+    given.prefill_route = true;  // the run's --prefill-route, for every variant alike
+    QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, given));
   } else {
     std::string known = "R1, R2, R3, R4";
     for (const auto& r : policy_registry())

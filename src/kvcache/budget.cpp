@@ -54,10 +54,14 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
     return Status::error(
         "give the KV budget either as a fraction (--kv-budget) or in bytes (--kv-budget-bytes), "
         "not both");
-  if (!(p.budget_fraction > 0.0) && p.budget_bytes <= 0)
+  const size_t head_token_bytes = size_t(2) * shape.head_dim * sizeof(uint16_t) + sizeof(int32_t);
+  const bool by_tokens = kind == CacheKind::kPerHead && p.budget_tokens > 0 &&
+                         !(p.budget_fraction > 0.0) && p.budget_bytes <= 0;
+  if (!(p.budget_fraction > 0.0) && p.budget_bytes <= 0 && !by_tokens)
     return Status::error(fmt::format(
         "the {} policy needs a budget: --kv-budget FRACTION or --kv-budget-bytes N", p.policy));
-  b.total = p.budget_bytes > 0
+  b.total = by_tokens ? size_t(p.budget_tokens) * shape.n_kv_heads * head_token_bytes
+            : p.budget_bytes > 0
                 ? size_t(p.budget_bytes)
                 : size_t(std::floor(p.budget_fraction * double(n_ctx) * double(b.token_bytes)));
   b.sink = p.sink;
@@ -68,7 +72,7 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
     if (n_ctx > std::numeric_limits<int32_t>::max())
       return Status::error(fmt::format("context size {} exceeds the int32 positions", n_ctx));
     b.window = 1;
-    b.head_token_bytes = size_t(2) * shape.head_dim * sizeof(uint16_t) + sizeof(int32_t);
+    b.head_token_bytes = head_token_bytes;
     b.head_capacity = int64_t(b.total / size_t(shape.n_kv_heads) / b.head_token_bytes);
     // H2O's default: the budget split equally between heavy hitters and recent tokens.
     b.local = p.local >= 0 ? p.local : int(std::max<int64_t>(0, b.head_capacity - p.sink) / 2);

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/ref/dequant.h"
+#include "kernels/softmax_state.h"
 
 namespace qevict {
 
@@ -37,9 +40,27 @@ void trim(std::vector<T>& v, size_t cap) {
 
 HeadKvCache::HeadKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams& params,
                          const KvBudget& budget, std::unique_ptr<RoutingPolicy> policy)
-    : shape_(shape), n_ctx_(n_ctx), p_(params), policy_(std::move(policy)), budget_(budget) {
+    : shape_(shape),
+      n_ctx_(n_ctx),
+      p_(params),
+      policy_(std::move(policy)),
+      needs_(policy_->needs()),
+      budget_(budget) {
   steady_tokens_ = std::min<int64_t>(budget_.head_capacity + std::max(p_.route_every, 1), n_ctx_);
   heads_.resize(size_t(shape_.n_layers) * shape_.n_kv_heads);
+  for (HeadStore& s : heads_) s.cap = steady_tokens_;
+  if (needs_.obs_window > 0)
+    obs_q_.resize(size_t(shape_.n_layers) * needs_.obs_window * shape_.q_width());
+}
+
+void HeadKvCache::keep_queries(int layer, const float* q) {
+  // The last w queries of the sequence so far, which may span this call and earlier ones.
+  const int64_t w = needs_.obs_window, qw = shape_.q_width();
+  float* ring = obs_q_.data() + size_t(layer) * w * qw;
+  const int64_t kept = std::min(obs_n_, w - std::min(n_new_, w));  // older rows that stay
+  const int64_t fresh = std::min(n_new_, w);
+  std::copy(ring + (obs_n_ - kept) * qw, ring + obs_n_ * qw, ring);
+  std::copy(q + (n_new_ - fresh) * qw, q + n_new_ * qw, ring + kept * qw);
 }
 
 Status HeadKvCache::begin(int64_t n_new) {
@@ -53,20 +74,23 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
   const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
   const int qw = shape_.q_width(), kvw = shape_.kv_width();
   const size_t steady = size_t(steady_tokens_);
+  if (needs_.obs_window > 0) keep_queries(layer, q);
   for (int h = 0; h < H; ++h) {
     HeadStore& s = head(layer, h);
-    const size_t n0 = size_t(s.n()), n1 = n0 + size_t(n_new_);
-    reserve_capped(s.k, n1 * d, steady * d);
-    reserve_capped(s.v, n1 * d, steady * d);
-    reserve_capped(s.pos, n1, steady);
-    reserve_capped(s.score, n1, steady);
+    const size_t n0 = size_t(s.n()), n1 = n0 + size_t(n_new_), cap = size_t(s.cap);
+    reserve_capped(s.k, n1 * d, cap * d);
+    reserve_capped(s.v, n1 * d, cap * d);
+    reserve_capped(s.pos, n1, cap);
+    if (needs_.cumulative_scores) reserve_capped(s.score, n1, cap);
+    if (needs_.value_norms) reserve_capped(s.nu, n1, cap);
     s.k.resize(n1 * d);
     s.v.resize(n1 * d);
     for (int64_t t = 0; t < n_new_; ++t) {
       f32_to_half(p_.dtype, k + t * kvw + h * d, s.k.data() + (n0 + t) * d, d);
       f32_to_half(p_.dtype, v + t * kvw + h * d, s.v.data() + (n0 + t) * d, d);
       s.pos.push_back(static_cast<int32_t>(n_past_ + t));
-      s.score.push_back(0.0);
+      if (needs_.cumulative_scores) s.score.push_back(0.0);
+      if (needs_.value_norms) s.nu.push_back(std::numeric_limits<float>::quiet_NaN());
     }
   }
 
@@ -95,6 +119,11 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
   int64_t n_rows = 0;
   for (int h = 0; h < H; ++h) n_rows += head(layer, h).n();
   FusedAttnParams fp = FusedAttnParams::make(p_.dtype, g, d);
+  if (!needs_.cumulative_scores) {  // the policy does not read them: no masses to compute
+    attend_blocks(fp, H, q, qw, n_new_, n_past_, blocks_.data(), head_off_.data(), out, nullptr,
+                  MassLayout::kPerHeadBlock, attn_, pool);
+    return;
+  }
   fp.token_ml = true;
   reserve_capped(mass_, size_t(n_rows), size_t(H) * steady);
   mass_.assign(size_t(n_rows), 0.0);
@@ -127,13 +156,19 @@ Status HeadKvCache::route_head(HeadStore& s) {
     if (e.to == Tier::kQuant)
       return Status::error(fmt::format("{} sends token {} to a low-bit tier this cache lacks",
                                        policy_->name(), e.id));
-  // Compact in place, keeping position order. Only kEvicted removes a token (H2OPolicy never
-  // returns kQuant; this cache has no low-bit tier).
+  compact(s, first, plan_.entries.data(), int64_t(request_.candidates.size()));
+  return Status::ok();
+}
+
+void HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries, int64_t n_cand) {
+  // In place, keeping position order. Only kEvicted removes a token (the policies of this
+  // cache never return kQuant: it has no low-bit tier).
   const int d = shape_.head_dim;
-  const int64_t n_cand = int64_t(request_.candidates.size());
+  const int64_t n = s.n();
+  const bool nu = !s.nu.empty(), score = !s.score.empty();
   int64_t w = first;
   for (int64_t r = first; r < n; ++r) {
-    if (r - first < n_cand && plan_.entries[size_t(r - first)].to == Tier::kEvicted) {
+    if (r - first < n_cand && entries[r - first].to == Tier::kEvicted) {
       ++evictions_;
       continue;
     }
@@ -141,27 +176,227 @@ Status HeadKvCache::route_head(HeadStore& s) {
       std::copy_n(s.k.data() + r * d, d, s.k.data() + w * d);
       std::copy_n(s.v.data() + r * d, d, s.v.data() + w * d);
       s.pos[w] = s.pos[r];
-      s.score[w] = s.score[r];
+      if (score) s.score[w] = s.score[r];
+      if (nu) s.nu[w] = s.nu[r];
     }
     ++w;
   }
   s.k.resize(size_t(w) * d);
   s.v.resize(size_t(w) * d);
   s.pos.resize(size_t(w));
-  s.score.resize(size_t(w));
+  if (score) s.score.resize(size_t(w));
+  if (nu) s.nu.resize(size_t(w));
+}
+
+void HeadKvCache::observe(int layer) {
+  const int H = shape_.n_kv_heads, g = shape_.group(), d = shape_.head_dim, st = d + 2;
+  const int64_t n_obs = obs_n_, w = needs_.obs_window, qw = shape_.q_width();
+  request_.group = g;
+  request_.n_obs = int(n_obs);
+  request_.obs.resize(size_t(g) * n_obs * request_.candidates.size());
+  FusedAttnParams fp = FusedAttnParams::make(p_.dtype, g, d);
+  fp.token_ml = true;
+  obs_st_.resize(size_t(g) * st);
+  for (int h = 0; h < H; ++h) {
+    const HeadStore& s = head(layer, h);
+    const int64_t n_h = request_.n_cand(h);
+    if (n_h == 0) continue;
+    // Every kept token of the head, one block per run of consecutive positions.
+    blocks_.clear();
+    for (int64_t i = 0; i < s.n();) {
+      int64_t e = i + 1;
+      while (e < s.n() && s.pos[size_t(e)] == s.pos[size_t(e - 1)] + 1) ++e;
+      KvBlockRef r;
+      r.pos0 = s.pos[size_t(i)];
+      r.n = int32_t(e - i);
+      r.k = s.k.data() + i * d;
+      r.v = s.v.data() + i * d;
+      r.ld = d;
+      blocks_.push_back(r);
+      i = e;
+    }
+    // The candidates are rows [first, first + n_h) of the head (route_layer).
+    const int64_t first =
+        std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
+    obs_ml_.resize(size_t(s.n()) * g * 2);
+    for (int64_t r = 0; r < n_obs; ++r) {
+      const float* qr = obs_q_.data() + (size_t(layer) * w + r) * qw + size_t(h) * g * d;
+      attn_state_init(obs_st_.data(), g, d);
+      for (size_t u = 0; u < obs_ml_.size(); u += 2) obs_ml_[u] = -INFINITY, obs_ml_[u + 1] = 0.0f;
+      fused_attention_partial(fp, qr, d, 1, n_past_ - n_obs + r, blocks_.data(),
+                              int(blocks_.size()), obs_st_.data(), obs_ml_.data(), 0);
+      for (int j = 0; j < g; ++j) {
+        const float* gml = obs_st_.data() + size_t(j) * st;  // (M, L) of query head j
+        float* row = const_cast<float*>(request_.obs_row(h, j, int(r)));
+        for (int64_t i = 0; i < n_h; ++i)
+          row[i] = attn_block_mass(obs_ml_.data() + (size_t(first + i) * g + j) * 2, gml);
+      }
+    }
+  }
+}
+
+Status HeadKvCache::value_norms(int layer) {
+  const int H = shape_.n_kv_heads, g = shape_.group(), d = shape_.head_dim;
+  const int64_t qw = shape_.q_width();
+  if (!wo_ || layer >= int(wo_->wo.size()) || wo_->wo[size_t(layer)].n_cols != qw)
+    return Status::error(fmt::format(
+        "{} scores by value norms through the attention output projection, which the model "
+        "did not bind (set_output_projection) for layer {}",
+        policy_->name(), layer));
+  const WeightView& W = wo_->wo[size_t(layer)];
+  const int64_t E = W.n_rows;
+  request_.value_norm.resize(request_.candidates.size());
+  bool dequantized = false;
+  constexpr int64_t kTile = 64;  // value rows per matmul
+  std::vector<float> vf(size_t(kTile) * d), y(size_t(kTile) * E);
+  std::vector<int64_t> rows;
+  for (int h = 0; h < H; ++h) {
+    HeadStore& s = head(layer, h);
+    const int64_t b = request_.cand_begin(h), n_h = request_.n_cand(h);
+    if (n_h == 0) continue;
+    const int64_t first =
+        std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
+    rows.clear();
+    for (int64_t i = 0; i < n_h; ++i)
+      if (std::isnan(s.nu[size_t(first + i)])) rows.push_back(first + i);
+    if (!rows.empty() && !dequantized) {
+      // W_O in f32 [n_embd][q_width] for this routing event (a quantized GGUF weight).
+      wo_f32_.resize(size_t(E) * qw);
+      for (int64_t r = 0; r < E; ++r)
+        ref::dequantize_row(W.type, W.data + size_t(r) * W.row_bytes, wo_f32_.data() + r * qw, qw);
+      dequantized = true;
+    }
+    // ν = (1/g) Σ_j ‖v W_O^{h·g+j}‖₁, W_O^{qh} = columns [qh·d, qh·d + d) of W_O.
+    for (size_t t0 = 0; t0 < rows.size(); t0 += kTile) {
+      const int64_t m = std::min<int64_t>(kTile, int64_t(rows.size() - t0));
+      for (int64_t t = 0; t < m; ++t)
+        half_to_f32(p_.dtype, s.v.data() + rows[t0 + t] * d, vf.data() + t * d, d);
+      std::vector<double> acc(size_t(m), 0.0);
+      for (int j = 0; j < g; ++j) {
+        WeightView wh;
+        wh.type = GgmlType::kF32;
+        wh.data = reinterpret_cast<const uint8_t*>(wo_f32_.data() + size_t(h * g + j) * d);
+        wh.n_cols = d;
+        wh.n_rows = E;
+        wh.row_bytes = size_t(qw) * sizeof(float);
+        matmul(wh, vf.data(), d, m, y.data(), E, 0, E);
+        for (int64_t t = 0; t < m; ++t) {
+          double l1 = 0.0;
+          for (int64_t e = 0; e < E; ++e) l1 += std::fabs(y[size_t(t * E + e)]);
+          acc[size_t(t)] += l1;
+        }
+      }
+      for (int64_t t = 0; t < m; ++t) s.nu[size_t(rows[t0 + t])] = float(acc[size_t(t)] / g);
+    }
+    for (int64_t i = 0; i < n_h; ++i) request_.value_norm[size_t(b + i)] = s.nu[size_t(first + i)];
+  }
+  return Status::ok();
+}
+
+Status HeadKvCache::layer_request(int layer, bool inputs) {
+  const int H = shape_.n_kv_heads;
+  const int64_t hi = n_past_ - budget_.local;
+  request_.n_past = n_past_;
+  request_.layer = layer;
+  request_.n_layers = shape_.n_layers;
+  request_.n_heads = H;
+  request_.group = shape_.group();
+  request_.n_obs = 0;
+  request_.head_begin.resize(size_t(H) + 1);
+  request_.candidates.clear();
+  request_.head_begin[0] = 0;
+  for (int h = 0; h < H; ++h) {
+    const HeadStore& s = head(layer, h);
+    const int64_t first =
+        std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
+    for (int64_t i = first; i < s.n() && s.pos[i] < hi; ++i)
+      request_.candidates.push_back({s.pos[i], s.pos[i], s.score.empty() ? 0.0 : s.score[i],
+                                     s.pos[i] < routed_below_ ? Tier::kFull : Tier::kLocal, false,
+                                     h});
+    request_.head_begin[size_t(h) + 1] = int64_t(request_.candidates.size());
+  }
+  // The layer's budget: the policy's share of the history tokens (uniform: H × K).
+  const int64_t n_hist = std::max<int64_t>(0, n_past_ - budget_.sink - budget_.local);
+  const int64_t tokens = std::max<int64_t>(
+      0, policy_->layer_budget(layer, shape_.n_layers, H, budget_.head_heavy, n_hist));
+  request_.budget = budget_.routing();
+  request_.budget.full_bytes = size_t(tokens) * budget_.head_token_bytes;
+  request_.obs.clear();
+  request_.value_norm.clear();
+  if (!inputs || request_.candidates.empty()) return Status::ok();
+  if (needs_.obs_window > 0) observe(layer);
+  if (needs_.value_norms) QEVICT_RETURN_IF_ERROR(value_norms(layer));
+  return Status::ok();
+}
+
+Status HeadKvCache::route_layer(int layer) {
+  const int H = shape_.n_kv_heads;
+  QEVICT_RETURN_IF_ERROR(layer_request(layer, !needs_.cross_layer));
+  if (request_.candidates.empty()) return Status::ok();
+  policy_->plan(request_, &plan_);
+  QEVICT_RETURN_IF_ERROR(check_plan(request_, plan_));
+  for (const PlanEntry& e : plan_.entries)
+    if (e.to == Tier::kQuant)
+      return Status::error(fmt::format("{} sends token {} to a low-bit tier this cache lacks",
+                                       policy_->name(), e.id));
+  for (int h = 0; h < H; ++h) {
+    HeadStore& s = head(layer, h);
+    const int64_t first =
+        std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
+    compact(s, first, plan_.entries.data() + request_.head_begin[size_t(h)], request_.n_cand(h));
+  }
   return Status::ok();
 }
 
 Status HeadKvCache::route() {
   const size_t steady = size_t(steady_tokens_), d = size_t(shape_.head_dim);
-  for (HeadStore& s : heads_) {
-    QEVICT_RETURN_IF_ERROR(route_head(s));
-    // After a prefill chunk the vectors hold its peak; give back what decode will not use.
-    trim(s.k, steady * d);
-    trim(s.v, steady * d);
-    trim(s.pos, steady);
-    trim(s.score, steady);
+  if (needs_.per_layer) {
+    const int L = shape_.n_layers, H = shape_.n_kv_heads;
+    const int64_t total = int64_t(L) * H * budget_.head_heavy;  // history tokens, all layers
+    if (needs_.cross_layer) {
+      // Every layer's scores first: the policy shares the whole cache's budget among them.
+      for (int l = 0; l < L; ++l) {
+        QEVICT_RETURN_IF_ERROR(layer_request(l, true));
+        request_.budget.full_bytes = size_t(H) * budget_.head_heavy * budget_.head_token_bytes;
+        policy_->prepare(request_);
+      }
+      policy_->prepare_done(total);
+    }
+    // The layers' budgets (a policy may shift tokens between layers, never add any).
+    const int64_t n_hist = std::max<int64_t>(0, n_past_ - budget_.sink - budget_.local);
+    int64_t sum = 0;
+    for (int l = 0; l < L; ++l)
+      sum += std::max<int64_t>(0, policy_->layer_budget(l, L, H, budget_.head_heavy, n_hist));
+    if (sum > total)
+      return Status::error(
+          fmt::format("{} gives the layers {} history tokens, more than {} layers x {} heads x {}",
+                      policy_->name(), sum, L, H, budget_.head_heavy));
+    for (int l = 0; l < shape_.n_layers; ++l) QEVICT_RETURN_IF_ERROR(route_layer(l));
+    std::vector<float>().swap(wo_f32_);
+  } else {
+    for (HeadStore& s : heads_) QEVICT_RETURN_IF_ERROR(route_head(s));
   }
+  const int64_t omega = std::max(p_.route_every, 1);
+  for (HeadStore& s : heads_) {
+    // After a prefill chunk the vectors hold its peak; give back what decode will not use.
+    // Head-adaptive budgets: each head keeps room for what it holds plus Ω decode tokens.
+    if (needs_.per_layer) s.cap = std::min<int64_t>(s.n() + omega, n_ctx_);
+    const size_t cap = size_t(s.cap);
+    trim(s.k, cap * d);
+    trim(s.v, cap * d);
+    trim(s.pos, cap);
+    trim(s.score, cap);
+    trim(s.nu, cap);
+  }
+  if (needs_.obs_window > 0) {
+    // A routing event over a long prompt leaves scratch as large as the prompt.
+    const size_t per_row = size_t(shape_.n_kv_heads) * steady;
+    trim(obs_ml_, per_row * shape_.group() * 2);
+    trim(request_.obs, per_row * shape_.group() * size_t(needs_.obs_window));
+  }
+  trim(request_.value_norm, size_t(shape_.n_kv_heads) * steady);
+  trim(request_.candidates, size_t(shape_.n_kv_heads) * steady);
+  trim(plan_.entries, size_t(shape_.n_kv_heads) * steady);
   trim(mass_, size_t(shape_.n_kv_heads) * steady);
   trim(blocks_, size_t(shape_.n_kv_heads) * steady);
   ++routing_events_;
@@ -174,6 +409,7 @@ Status HeadKvCache::route() {
 Status HeadKvCache::commit() {
   const bool chunk = n_new_ > 1;
   n_past_ += n_new_;
+  if (needs_.obs_window > 0) obs_n_ = std::min<int64_t>(needs_.obs_window, obs_n_ + n_new_);
   n_new_ = 0;
   ++steps_since_route_;
   peak_bytes_ = std::max(peak_bytes_, bytes_held());
@@ -201,7 +437,12 @@ void HeadKvCache::clear() {
     s.pos.clear();
     s.score.clear();
   }
+  for (HeadStore& s : heads_) {
+    s.nu.clear();
+    s.cap = steady_tokens_;
+  }
   n_past_ = n_new_ = 0;
+  obs_n_ = 0;
   steps_since_route_ = 0;
   routed_below_ = 0;
   routing_events_ = evictions_ = 0;
@@ -213,11 +454,15 @@ size_t HeadKvCache::bytes_held() const {
   size_t b = heads_.capacity() * sizeof(HeadStore);
   for (const HeadStore& s : heads_)
     b += (s.k.capacity() + s.v.capacity()) * sizeof(uint16_t) + s.pos.capacity() * sizeof(int32_t) +
-         s.score.capacity() * sizeof(double);
+         s.score.capacity() * sizeof(double) + s.nu.capacity() * sizeof(float);
   b += attn_.bytes() + blocks_.capacity() * sizeof(KvBlockRef) +
        head_off_.capacity() * sizeof(int64_t) + mass_.capacity() * sizeof(double) +
        request_.candidates.capacity() * sizeof(RoutingCandidate) +
-       plan_.entries.capacity() * sizeof(PlanEntry);
+       plan_.entries.capacity() * sizeof(PlanEntry) +
+       request_.head_begin.capacity() * sizeof(int64_t) +
+       (request_.obs.capacity() + request_.value_norm.capacity() + obs_q_.capacity() +
+        obs_st_.capacity() + obs_ml_.capacity() + wo_f32_.capacity()) *
+           sizeof(float);
   return b;
 }
 
@@ -269,7 +514,8 @@ void HeadKvCache::report(KvReport* out, ReportDetail detail) const {
       if (detail == ReportDetail::kTiers) position_tiers(l, h, &tiers);
       r.bytes_full += size_t(s.n()) * budget_.head_token_bytes;
       r.bytes_allocated += (s.k.capacity() + s.v.capacity()) * sizeof(uint16_t) +
-                           s.pos.capacity() * sizeof(int32_t) + s.score.capacity() * sizeof(double);
+                           s.pos.capacity() * sizeof(int32_t) +
+                           s.score.capacity() * sizeof(double) + s.nu.capacity() * sizeof(float);
       if (detail == ReportDetail::kTiers) out->position_tiers.push_back(tiers);
     }
     r.bytes_budgeted = r.bytes_full;

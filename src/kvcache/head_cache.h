@@ -15,6 +15,23 @@
 // nothing: every head holds the whole prompt until end_prompt() (or the first decode step)
 // routes it once, ranked by H2O's own score, the attention accumulated from every prompt
 // query (H2O's rule has no observation window, so --prefill-window does not apply).
+//
+// The SnapKV family (SnapKV, PyramidKV, AdaKV, CriticalKV, DefensiveKV) runs on the same
+// storage; its policies say what they read (RoutingPolicy::needs()):
+//   per_layer    one request per layer holding every KV head's candidates (head-adaptive
+//                budgets: a head keeps as many tokens as the policy gives it, the layer's
+//                heads together at most H·K; each head's rows are its own vector, so a head
+//                given fewer tokens holds fewer bytes — AdaKV's flattened variable-length
+//                layout, cu_klen, in per-head vectors);
+//   obs_window   w > 0: the cache keeps each layer's last w queries and, at a routing event,
+//                gives the policy their attention probabilities over the candidates
+//                (RoutingRequest::obs), computed by the fused kernel over every kept token;
+//   cross_layer  the layers share one budget (Layer-DefensiveKV): every layer's request goes
+//                to the policy first (prepare), then each layer is planned within the share
+//                the policy gave it (layer_budget; the layers' sum is checked);
+//   value_norms  ν_i = mean over the group of ‖v_i W_O^h‖₁ (CriticalKV), from the attention
+//                output projection the model binds (set_output_projection), computed once per
+//                token and kept with it (4 bytes per token and head, not in M: held bytes).
 #pragma once
 
 #include <memory>
@@ -45,6 +62,7 @@ class HeadKvCache final : public SequenceKvCache {
   Status end_prompt() override;
   Status route() override;
   bool prefill_keeps_everything() const override { return p_.prefill_route == "end"; }
+  void set_output_projection(const OutputProjection* wo) override { wo_ = wo; }
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;
@@ -59,6 +77,8 @@ class HeadKvCache final : public SequenceKvCache {
     std::vector<uint16_t> k, v;  // half [n_kept][head_dim]
     std::vector<int32_t> pos;    // int32 [n_kept]
     std::vector<double> score;   // f64 [n_kept], Σ attention received / group size
+    std::vector<float> nu;       // f32 [n_kept] value norms (value_norms policies), NaN: not yet
+    int64_t cap = 0;             // tokens its vectors may hold before the next routing event
     int64_t n() const { return int64_t(pos.size()); }
   };
 
@@ -69,12 +89,24 @@ class HeadKvCache final : public SequenceKvCache {
     return heads_[size_t(layer) * shape_.n_kv_heads + kv_head];
   }
   Status route_head(HeadStore& s);
+  Status route_layer(int layer);
+  // Builds request_ for `layer`: candidates, the layer's budget, and with `inputs` the
+  // observation-window probabilities and value norms the policy needs.
+  Status layer_request(int layer, bool inputs);
+  // Fills request_.obs for `layer` (the last obs_n_ queries over each head's kept tokens).
+  void observe(int layer);
+  // Fills request_.value_norm, computing ν for the candidates that have none yet.
+  Status value_norms(int layer);
+  // Removes the candidates (rows first, first + n_cand) that `entries` evict, in place.
+  void compact(HeadStore& s, int64_t first, const PlanEntry* entries, int64_t n_cand);
+  void keep_queries(int layer, const float* q);
   void position_tiers(int layer, int kv_head, std::vector<Tier>* out) const;
 
   KvShape shape_;
   int64_t n_ctx_;
   KvCacheParams p_;
   std::unique_ptr<RoutingPolicy> policy_;
+  PolicyNeeds needs_;
   KvBudget budget_;
   int64_t steady_tokens_ = 0;     // most tokens a head holds during decode: min(C + Ω, n_ctx)
   std::vector<HeadStore> heads_;  // [n_layers][n_kv_heads]
@@ -87,6 +119,14 @@ class HeadKvCache final : public SequenceKvCache {
   // Routing scratch (reused).
   RoutingRequest request_;
   RoutingPlan plan_;
+  // Observation window (needs_.obs_window = w): each layer's last w queries, oldest first.
+  int64_t obs_n_ = 0;          // queries held (≤ w), the same for every layer
+  std::vector<float> obs_q_;   // f32 [n_layers][w][q_width]
+  std::vector<float> obs_st_;  // f32 [group][head_dim + 2] one query's softmax state
+  std::vector<float> obs_ml_;  // f32 [kept tokens][group][2] its per-token (m, l)
+  // Value norms (needs_.value_norms).
+  const OutputProjection* wo_ = nullptr;
+  std::vector<float> wo_f32_;  // f32 [n_embd][q_width] one layer's W_O, while routing
   // Attention scratch.
   std::vector<KvBlockRef> blocks_;  // one per kept token of each head
   std::vector<int64_t> head_off_;

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
 #include "kvcache/report.h"
@@ -24,6 +25,13 @@ namespace qevict {
 
 // The check every cache's begin() makes: at least one token, and room for it in n_ctx.
 Status check_begin(int64_t n_past, int64_t n_new, int64_t n_ctx);
+
+// A model's attention output projections, for policies that score tokens by their
+// value-projected norms (CriticalKV): wo[l] is layer l's W_O, n_embd rows of
+// n_q_heads · head_dim columns (a GGUF weight, not owned).
+struct OutputProjection {
+  std::vector<WeightView> wo;  // [n_layers]
+};
 
 // One sequence's cache. Call order per forward call: begin(n) → attend(layer, ...) for
 // every layer in order → commit(). Not thread-safe; attend() parallelizes internally.
@@ -72,6 +80,10 @@ class SequenceKvCache {
   // its prompt state is what any other such cache would reach from the same model
   // activations (engine/prefill_share.h replays one prefill into several caches).
   virtual bool prefill_keeps_everything() const { return false; }
+
+  // The model's output projections (Model::forward binds them on every call; they must
+  // outlive the cache's next routing event). Caches whose policy does not read them ignore it.
+  virtual void set_output_projection(const OutputProjection* wo) { (void)wo; }
 
   // Forgets all tokens (n_past = 0); may keep allocations for reuse.
   virtual void clear() = 0;

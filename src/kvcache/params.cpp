@@ -29,6 +29,7 @@ Status KvCacheParams::validate() const {
   // Whether a budget was given (and only one form) is compute_budget's check (budget.cpp).
   if (budget_fraction < 0.0 || std::isnan(budget_fraction))
     return Status::error("--kv-budget must be positive");
+  if (budget_tokens < 0) return Status::error("the token budget must be >= 0");
   if (!(q >= 0.0 && q <= 1.0))
     return Status::error(fmt::format("--kv-q must be in [0, 1], got {}", q));
   if (window < 1 || window > 4096)

@@ -19,6 +19,10 @@ struct KvCacheParams {
   // "20 % budget") or an exact byte count. One of the two must be set for budgeted policies.
   double budget_fraction = 0.0;
   int64_t budget_bytes = 0;
+  // Per-head token caches only, and only when neither of the two above is set: tokens per
+  // KV head (the capacity the eviction papers state, e.g. SnapKV's max_capacity_prompt);
+  // the registry rows of those baselines set it as their authors' default budget.
+  int64_t budget_tokens = 0;
   double q = 0.70;      // share of the history budget given to the low-bit tier
   int window = 8;       // ω: tokens per window
   int route_every = 8;  // Ω: decode steps between routing events
@@ -50,6 +54,7 @@ struct KvCacheParams {
 // registry row gives the others its authors' defaults.
 struct KvParamsGiven {
   bool window = false, route_every = false, sink = false, local = false, q = false, bits = false;
+  bool prefill_route = false;
 };
 
 }  // namespace qevict

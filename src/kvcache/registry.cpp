@@ -3,13 +3,44 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "kvcache/policies/adakv_policy.h"
+#include "kvcache/policies/criticalkv_policy.h"
+#include "kvcache/policies/defensivekv_policy.h"
 #include "kvcache/policies/h2o_policy.h"
+#include "kvcache/policies/pyramidkv_policy.h"
 #include "kvcache/policies/qevict_policy.h"
+#include "kvcache/policies/snapkv_policy.h"
 #include "kvcache/policies/streaming_policy.h"
 
 namespace qevict {
 
 namespace {
+
+// The defaults the SnapKV family (issue 10) shares: per-head token caches with no sink, the
+// observation window w as the recent region, the prompt compressed once at its end (every
+// reference does; --prefill-route chunk stays available), the rule re-applied every
+// Ω = w decode steps, and, with no budget, the authors' capacity (`tokens` per KV head) or
+// budget fraction. Errors on options that do not apply (no windows, no low-bit tier).
+Status family_defaults(KvCacheParams* p, const KvParamsGiven& given, int w, int64_t tokens,
+                       double fraction) {
+  if (given.window || given.q || given.bits)
+    return Status::error(fmt::format(
+        "--kv-window, --kv-q and --kv-bits do not apply to {} (token level, full precision)",
+        p->policy));
+  if (!given.sink) p->sink = 0;
+  if (!given.local) p->local = w;
+  if (!given.route_every) p->route_every = w;
+  if (!given.prefill_route) p->prefill_route = "end";
+  p->window = 1;
+  p->q = 0.0;
+  if (!(p->budget_fraction > 0.0) && p->budget_bytes <= 0 && p->budget_tokens <= 0) {
+    if (tokens > 0) p->budget_tokens = tokens;
+    if (tokens <= 0) p->budget_fraction = fraction;
+  }
+  return Status::ok();
+}
 
 std::deque<PolicyInfo> built_ins() {
   std::deque<PolicyInfo> rows;
@@ -73,6 +104,96 @@ std::deque<PolicyInfo> built_ins() {
     };
     r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
       return std::make_unique<H2OPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "snapkv";
+    r.summary = "SnapKV: per-head top tokens by the last 32 prompt queries' pooled attention";
+    r.source =
+        "Li et al. 2024 (arXiv 2404.14469); FasterDecoding/SnapKV snapkv_utils.py:L38-81: w 32, "
+        "max_capacity_prompt 2048 tokens, avgpool k 5; per-KV-head selection as kvpress";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<SnapKVPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "pyramidkv";
+    r.summary = "PyramidKV: SnapKV with per-layer budgets falling linearly with depth";
+    r.source =
+        "Cai et al. 2024 (arXiv 2406.02069); kvpress pyramidkv_press.py:L70-84, beta 20; "
+        "SnapKV's w 32, k 5, avgpool, 2048 tokens per head on average";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<PyramidKVPolicy>(PyramidKVOptions{}, p.sink + std::max(p.local, 0));
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
+    r.name = "adakv";
+    r.summary =
+        "AdaKV (Ada-SnapKV): head-adaptive budgets, floor 0.2, variable-length per-head storage";
+    r.source =
+        "Feng et al. 2024 (arXiv 2407.11550); FFY0/AdaKV snapkv_utils.py:L303-501, "
+        "monkeypatch.py:L34 (w 32, k 7, maxpool), pred.py:L27-29 (floor_alpha 0.2)";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [](const KvCacheParams&) -> std::unique_ptr<RoutingPolicy> {
+      return std::make_unique<AdaKVPolicy>();
+    };
+    rows.push_back(std::move(r));
+  }
+  for (const bool adaptive : {false, true}) {
+    PolicyInfo r;
+    r.name = adaptive ? "criticaladakv" : "criticalkv";
+    r.summary = adaptive ? "CriticalAdaKV: CriticalKV's two stages on AdaKV's head budgets"
+                         : "CriticalKV: SnapKV scores, then (score + 1e-4) x ||v W_O||_1 for "
+                           "half the budget";
+    r.source =
+        "Feng et al. 2025 (arXiv 2502.03805); kvpress criticalkv_press.py:L37-194 (eps 1e-4, "
+        "first stage 0.5, alpha 0.2); SnapKV w 32, k 5, avgpool, 2048 tokens per head";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 2048, 0.0);
+    };
+    r.make_policy = [adaptive](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
+      CriticalKVOptions o;
+      o.adaptive = adaptive;
+      return std::make_unique<CriticalKVPolicy>(o, p.sink + std::max(p.local, 0));
+    };
+    rows.push_back(std::move(r));
+  }
+  for (const bool over_layers : {false, true}) {
+    PolicyInfo r;
+    r.name = over_layers ? "layer-defensivekv" : "defensivekv";
+    r.summary = over_layers ? "Layer-DefensiveKV: DefensiveKV with one budget shared by every layer"
+                            : "DefensiveKV: defensive (max) window aggregation x value norms, "
+                              "head-adaptive";
+    r.source =
+        "Feng et al. 2025 (arXiv 2510.13334); FFY0/DefensiveKV efficient_defensivekv_press.py:"
+        "L158-227 (w 32, k 5), efficient_ada_scorer_press.py:L89-96, "
+        "efficient_ada_global_scorer_press.py:L164-192; evaluate.sh cr 0.8 (budget 0.2)";
+    r.kind = CacheKind::kPerHead;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      return family_defaults(p, given, 32, 0, 0.2);
+    };
+    r.make_policy = [over_layers](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
+      DefensiveKVOptions o;
+      o.over_layers = over_layers;
+      return std::make_unique<DefensiveKVPolicy>(o, p.sink + std::max(p.local, 0));
     };
     rows.push_back(std::move(r));
   }

@@ -150,6 +150,8 @@ Status Model::bind_weights() {
     QEVICT_RETURN_IF_ERROR(get("ffn_up.weight", c.n_embd, c.n_ff, &L.w_up));
     QEVICT_RETURN_IF_ERROR(get("ffn_down.weight", c.n_ff, c.n_embd, &L.w_down));
   }
+  wo_.wo.clear();
+  for (const LayerWeights& L : layers_) wo_.wo.push_back(L.wo);
   for (const auto& t : file_->tensors()) weight_bytes_ += t.n_bytes;
   return Status::ok();
 }
@@ -208,6 +210,7 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
     }
   }
 
+  for (auto& s : segments) s.cache->set_output_projection(&wo_);
   const int64_t ldqkv = qw + 2 * kvw;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[l];

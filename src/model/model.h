@@ -69,6 +69,7 @@ class Model {
   WeightView output_;
   const float* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
+  OutputProjection wo_;  // every layer's W_O, bound to the caches (value-norm policies)
   std::vector<std::unique_ptr<std::vector<float>>> owned_;  // dequantized 1-D tensors
   size_t weight_bytes_ = 0;
 

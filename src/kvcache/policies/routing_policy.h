@@ -24,6 +24,7 @@ struct RoutingCandidate {
   double score = 0.0;        // cumulative attention mass S̄ (Eq. 1, SPEC §2)
   Tier tier = Tier::kLocal;  // current tier (kLocal: just aged)
   bool has_ledger = false;   // a low-bit copy exists already
+  int32_t head = 0;          // KV head (per-layer requests of per-head caches), else 0
 };
 
 struct RoutingRequest {
@@ -34,6 +35,46 @@ struct RoutingRequest {
   int64_t scores_from = 0;
   std::vector<RoutingCandidate> candidates;
   RoutingBudget budget;
+
+  // Per-head caches whose policy routes a whole layer at once (PolicyNeeds::per_layer): the
+  // candidates of KV head h are candidates[head_begin[h], head_begin[h+1]) in position order,
+  // and budget covers the layer (all its heads). Empty head_begin: one head.
+  int layer = 0, n_layers = 1;
+  int n_heads = 1;
+  std::vector<int64_t> head_begin;  // [n_heads + 1]
+  // Observation-window attention (PolicyNeeds::obs_window > 0; SnapKV's scoring): the
+  // probability that query r of the last n_obs queries (positions n_past − n_obs + r), query
+  // head j of the KV head's group, gave candidate i, in a softmax over every key the head
+  // holds (causal):  obs[group·n_obs·head_begin[h] + (j·n_obs + r)·n_h + (i − head_begin[h])]
+  // for candidate i of head h with n_h = head_begin[h+1] − head_begin[h] (f32 [head][group]
+  // [n_obs][n_h]).
+  int group = 1, n_obs = 0;
+  std::vector<float> obs;
+  // ν_i = mean over the group's query heads h of ‖v_i W_O^h‖₁ (PolicyNeeds::value_norms;
+  // CriticalKV): f32 [candidates].
+  std::vector<float> value_norm;
+
+  int64_t n_cand(int h) const {
+    return head_begin.empty() ? int64_t(candidates.size()) : head_begin[h + 1] - head_begin[h];
+  }
+  int64_t cand_begin(int h) const { return head_begin.empty() ? 0 : head_begin[h]; }
+  // obs row (j, r) of head h: n_cand(h) floats.
+  const float* obs_row(int h, int j, int r) const {
+    return obs.data() + size_t(group) * n_obs * cand_begin(h) + (size_t(j) * n_obs + r) * n_cand(h);
+  }
+};
+
+// What a policy's rule reads besides candidates and their cumulative scores; the cache that
+// runs it supplies these (per-head caches, HeadKvCache).
+struct PolicyNeeds {
+  bool per_layer = false;         // one request per layer with every KV head's candidates
+  int obs_window = 0;             // w > 0: RoutingRequest::obs over the last w queries
+  bool value_norms = false;       // RoutingRequest::value_norm
+  bool cumulative_scores = true;  // RoutingCandidate::score (H2O's per-step masses)
+  // Budgets shared across layers (Layer-DefensiveKV): the cache first hands every layer's
+  // full request to prepare(), then calls prepare_done() and plans each layer (requests
+  // without obs / value_norm: the policy kept what it needed).
+  bool cross_layer = false;
 };
 
 // The decision for one candidate.
@@ -73,6 +114,21 @@ class RoutingPolicy {
   virtual ~RoutingPolicy() = default;
   virtual void plan(const RoutingRequest& req, RoutingPlan* plan) = 0;
   virtual std::string name() const = 0;
+  virtual PolicyNeeds needs() const { return {}; }
+  // Layer budgets (per-layer requests): the history tokens `layer` may keep over its n_heads
+  // KV heads when the budget gives each head `heavy` on average and the sequence has n_hist
+  // history positions. The cache checks that the layers' sum is at most
+  // n_layers · n_heads · heavy. Default: n_heads · heavy (uniform).
+  virtual int64_t layer_budget(int layer, int n_layers, int n_heads, int64_t heavy,
+                               int64_t n_hist) const {
+    (void)layer, (void)n_layers, (void)n_hist;
+    return int64_t(n_heads) * heavy;
+  }
+  // Cross-layer policies (PolicyNeeds::cross_layer): every layer's request, in layer order
+  // (its budget the uniform H·K), then the end of that pass with the budget of the whole
+  // cache in history tokens.
+  virtual void prepare(const RoutingRequest& req) { (void)req; }
+  virtual void prepare_done(int64_t total_tokens) { (void)total_tokens; }
 };
 
 }  // namespace qevict

@@ -1,0 +1,42 @@
+// `qevict diagnose --variants` accepts every registered baseline: variant_params gives each
+// its registry defaults at the run's budget and prefill route, and the cache builds.
+#include <gtest/gtest.h>
+
+#include "eval/diagnose.h"
+#include "kvcache/factory.h"
+
+namespace qevict::eval {
+namespace {
+
+TEST(DiagnoseVariants, AcceptsTheIssue10Baselines) {
+  KvShape s;
+  s.n_layers = 2;
+  s.n_q_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = 64;
+  DiagnoseOptions o;  // budget 0.2 of 512 + 256 tokens
+  for (const char* name : {"snapkv", "pyramidkv", "adakv", "criticalkv", "criticaladakv",
+                           "defensivekv", "layer-defensivekv"}) {
+    for (const char* route : {"chunk", "end"}) {
+      o.base.prefill_route = route;
+      auto p = variant_params(name, o);
+      ASSERT_TRUE(p.has_value()) << name << ": " << p.error();
+      EXPECT_EQ(p->policy, name);
+      EXPECT_EQ(p->prefill_route, route) << name << ": the run's route for every variant";
+      EXPECT_DOUBLE_EQ(p->budget_fraction, 0.2) << name;
+      EXPECT_EQ(p->sink, 0) << name;
+      EXPECT_EQ(p->local, 32) << name;
+      auto c = make_kv_cache(s, o.prefill + o.gen, *p);
+      ASSERT_TRUE(c.has_value()) << name << ": " << c.error();
+      KvReport r;
+      (*c)->report(&r);
+      EXPECT_TRUE(r.per_head) << name;
+      EXPECT_GT(r.budget.head_heavy, 0) << name;
+    }
+  }
+  auto bad = variant_params("snapkv-typo", o);
+  EXPECT_FALSE(bad.has_value());
+}
+
+}  // namespace
+}  // namespace qevict::eval
