@@ -32,10 +32,11 @@ phase "Release tests done"
 
 echo "== unit tests under ASan + UBSan =="
 # The end-to-end model tests (label e2e) are slow under ASan; they run in the Release pass
-# above, so this build has only the unit tests (-O1 -g1: the sanitizers' usual setting,
-# with line numbers in their reports). Unit tests that read the real model's metadata
-# (tokenizer, GGUF) do run here.
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+# above, so this build has only the unit tests, at -Og -g1 (line numbers in the reports):
+# -Og compiles this build in about half the CPU time of -O1 (matmul.cpp: 48 s vs ~100 s,
+# a test file 11 s vs 17 s) and the tests run about as fast. Unit tests that read the real
+# model's metadata (tokenizer, GGUF) do run here.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1 -DNDEBUG" \
   -DQEVICT_SANITIZE=ON -DQEVICT_BUILD_E2E=OFF >/dev/null
 cmake --build build-asan -j"$jobs" --target qevict_unit_tests >/dev/null
 phase "sanitizer build done"

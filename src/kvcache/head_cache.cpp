@@ -36,6 +36,25 @@ void trim(std::vector<T>& v, size_t cap) {
   v.swap(w);
 }
 
+// Appends one attention block per run of consecutive positions of a head's kept rows
+// (pos ascending; k and v half [rows][d]).
+void append_runs(const std::vector<int32_t>& pos, const uint16_t* k, const uint16_t* v, int d,
+                 std::vector<KvBlockRef>* out) {
+  const int64_t n = int64_t(pos.size());
+  for (int64_t i = 0; i < n;) {
+    int64_t e = i + 1;
+    while (e < n && pos[size_t(e)] == pos[size_t(e - 1)] + 1) ++e;
+    KvBlockRef r;
+    r.pos0 = pos[size_t(i)];
+    r.n = int32_t(e - i);
+    r.k = k + i * d;
+    r.v = v + i * d;
+    r.ld = d;
+    out->push_back(r);
+    i = e;
+  }
+}
+
 }  // namespace
 
 HeadKvCache::HeadKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams& params,
@@ -102,18 +121,7 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
   for (int h = 0; h < H; ++h) {
     head_off_[h] = int64_t(blocks_.size());
     const HeadStore& s = head(layer, h);
-    for (int64_t i = 0; i < s.n();) {
-      int64_t e = i + 1;
-      while (e < s.n() && s.pos[size_t(e)] == s.pos[size_t(e - 1)] + 1) ++e;
-      KvBlockRef r;
-      r.pos0 = s.pos[size_t(i)];
-      r.n = int32_t(e - i);
-      r.k = s.k.data() + i * d;
-      r.v = s.v.data() + i * d;
-      r.ld = d;
-      blocks_.push_back(r);
-      i = e;
-    }
+    append_runs(s.pos, s.k.data(), s.v.data(), d, &blocks_);
   }
   head_off_[H] = int64_t(blocks_.size());
   int64_t n_rows = 0;
@@ -203,18 +211,7 @@ void HeadKvCache::observe(int layer) {
     if (n_h == 0) continue;
     // Every kept token of the head, one block per run of consecutive positions.
     blocks_.clear();
-    for (int64_t i = 0; i < s.n();) {
-      int64_t e = i + 1;
-      while (e < s.n() && s.pos[size_t(e)] == s.pos[size_t(e - 1)] + 1) ++e;
-      KvBlockRef r;
-      r.pos0 = s.pos[size_t(i)];
-      r.n = int32_t(e - i);
-      r.k = s.k.data() + i * d;
-      r.v = s.v.data() + i * d;
-      r.ld = d;
-      blocks_.push_back(r);
-      i = e;
-    }
+    append_runs(s.pos, s.k.data(), s.v.data(), d, &blocks_);
     // The candidates are rows [first, first + n_h) of the head (route_layer).
     const int64_t first =
         std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
