@@ -15,5 +15,6 @@ Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_diagnose(CLI::App& app);
 Runner add_eval(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace qevict::cli

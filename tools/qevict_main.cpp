@@ -1,5 +1,5 @@
 // qevict: command-line entry. Subcommands: generate, perplexity, tokenize, bench, diagnose,
-// eval.
+// eval, serve.
 #include <cstdio>
 #include <map>
 
@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
       qevict::cli::add_diagnose);
   add("eval", "RULER-style task suite over KV variants and budgets (resumable; JSONL + summary)",
       qevict::cli::add_eval);
+  add("serve", "OpenAI-compatible HTTP server: continuous batching, one KV byte pool",
+      qevict::cli::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

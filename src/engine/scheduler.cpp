@@ -1,0 +1,319 @@
+// Continuous batching (see scheduler.h).
+#include "engine/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kvcache/budget.h"
+#include "kvcache/factory.h"
+#include "kvcache/full_cache.h"
+#include "kvcache/registry.h"
+
+namespace qevict {
+
+namespace {
+// What any cache holds beyond its tokens' storage: tables, scratch, pool chunks below one
+// allocation (tests/common/bytes_bound.h has the tiered cache's; this rounds it up).
+constexpr size_t kCacheConstantBytes = size_t(1) << 20;
+}  // namespace
+
+bool ServeStream::next(ServeEvent* e, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [&] { return !q_.empty(); })) return false;
+  *e = std::move(q_.front());
+  q_.pop_front();
+  return true;
+}
+
+void ServeStream::push(ServeEvent e) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    q_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+}
+
+Status SchedulerOptions::validate() const {
+  if (n_ctx < 1) return Status::error("the context size must be positive");
+  if (kv_pool_bytes == 0) return Status::error("--kv-pool-bytes must be positive");
+  if (max_queue < 0) return Status::error("--max-queue must be >= 0");
+  if (max_batch < 1) return Status::error("--parallel must be >= 1");
+  if (prefill_chunk < 1) return Status::error("--prefill-chunk must be >= 1");
+  return Status::ok();
+}
+
+Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
+                                   const KvCacheParams& p, int prefill_chunk) {
+  const PolicyInfo* row = find_policy(p.policy);
+  if (!row) return Status::error(fmt::format("unknown KV policy '{}'", p.policy));
+  const int64_t n_ctx = prompt_len + max_tokens;
+  const size_t token = shape.token_bytes() * size_t(shape.n_layers);
+  if (row->kind == CacheKind::kFull) {
+    const int64_t pages = (n_ctx + FullKvCache::kPageTokens - 1) / FullKvCache::kPageTokens;
+    return size_t(pages * FullKvCache::kPageTokens) * token + kCacheConstantBytes;
+  }
+  auto b = compute_budget(row->kind, shape, n_ctx, p);
+  if (!b) return b.status();
+  size_t peak = b->total * size_t(shape.n_layers) + size_t(prefill_chunk) * token;
+  if (p.prefill_route == "end") peak = std::max(peak, size_t(prompt_len) * token);
+  return peak + peak / 20 + kCacheConstantBytes;
+}
+
+struct Scheduler::Seq {
+  ServeRequest req;
+  std::shared_ptr<ServeStream> out;
+  std::unique_ptr<SequenceKvCache> cache;
+  size_t reserved = 0;
+  int64_t fed = 0;  // prompt tokens given to the model
+  bool decoding = false;
+  bool done = false;
+  bool failed = false;
+  int generated = 0;
+  int32_t next = -1;
+  std::vector<float> logits;
+  std::unique_ptr<Sampler> sampler;
+};
+
+Scheduler::Scheduler(Model& model, ThreadPool& pool, const SchedulerOptions& opts)
+    : model_(model), pool_(pool), opts_(opts) {
+  metrics_.pool_bytes = opts.kv_pool_bytes;
+}
+
+Scheduler::~Scheduler() = default;
+
+SubmitResult Scheduler::submit(ServeRequest r) {
+  SubmitResult res;
+  const int64_t n_ctx = int64_t(r.prompt.size()) + r.max_tokens;
+  if (r.prompt.empty()) {
+    res.status = 400;
+    res.error = "the prompt has no tokens";
+  } else if (r.max_tokens < 1) {
+    res.status = 400;
+    res.error = "max_tokens must be at least 1";
+  } else if (n_ctx > opts_.n_ctx) {
+    res.status = 400;
+    res.error =
+        fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the context of {} tokens",
+                    r.prompt.size(), r.max_tokens, opts_.n_ctx);
+  } else if (Status st = r.sampling.validate(); !st.is_ok()) {
+    res.status = 400;
+    res.error = st.message();
+  }
+  size_t need = 0;
+  if (res.status == 200) {
+    auto b = reservation_bytes(model_.kv_shape(), int64_t(r.prompt.size()), r.max_tokens, r.kv,
+                               opts_.prefill_chunk);
+    if (!b) {
+      res.status = 400;
+      res.error = b.error();
+    } else if (*b > opts_.kv_pool_bytes) {
+      res.status = 400;
+      res.error = fmt::format(
+          "this request's KV cache may hold {} bytes, more than the whole pool ({} bytes): use "
+          "a smaller kv_budget, a shorter prompt or fewer max_tokens",
+          *b, opts_.kv_pool_bytes);
+    } else {
+      need = *b;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  ++metrics_.requests;
+  if (res.status != 200) return res;
+  if (int64_t(waiting_.size()) >= opts_.max_queue) {
+    ++metrics_.refused_queue_full;
+    res.status = 429;
+    res.error =
+        fmt::format("the server is full ({} requests waiting); retry later", waiting_.size());
+    return res;
+  }
+  auto s = std::make_unique<Seq>();
+  s->out = std::make_shared<ServeStream>();
+  s->out->prompt_tokens_ = int64_t(r.prompt.size());
+  s->reserved = need;
+  s->sampler = std::make_unique<Sampler>(r.sampling);
+  s->req = std::move(r);
+  res.stream = s->out;
+  waiting_.push_back(std::move(s));
+  metrics_.waiting = int64_t(waiting_.size());
+  wake_.notify_one();
+  return res;
+}
+
+void Scheduler::wake() { wake_.notify_all(); }
+
+SchedulerMetrics Scheduler::metrics() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return metrics_;
+}
+
+void Scheduler::admit() {
+  std::lock_guard<std::mutex> lk(mu_);
+  // First come, first served: a request that does not fit waits, and so do those behind it
+  // (no starvation of long requests by short ones).
+  while (!waiting_.empty() && int(active_.size()) < opts_.max_batch) {
+    Seq& s = *waiting_.front();
+    if (s.out->cancelled()) {
+      ++metrics_.cancelled;
+      waiting_.pop_front();
+      continue;
+    }
+    if (metrics_.reserved_bytes + s.reserved > opts_.kv_pool_bytes) break;
+    auto c =
+        make_kv_cache(model_.kv_shape(), int64_t(s.req.prompt.size()) + s.req.max_tokens, s.req.kv);
+    if (!c) {
+      s.out->push({ServeEvent::Kind::kError, -1, "", c.error()});
+      ++metrics_.failed;
+      waiting_.pop_front();
+      continue;
+    }
+    s.cache = std::move(*c);
+    s.logits.resize(size_t(model_.config().n_vocab));
+    metrics_.reserved_bytes += s.reserved;
+    active_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  metrics_.waiting = int64_t(waiting_.size());
+}
+
+void Scheduler::account(const Seq& s) {
+  KvReport r;
+  s.cache->report(&r);
+  const KvLayerReport t = r.total();
+  metrics_.evictions += t.evictions;
+  metrics_.promotions += t.promotions;
+  metrics_.demotions += t.demotions;
+}
+
+void Scheduler::finish(Seq& s, const std::string& reason) {
+  s.out->push({ServeEvent::Kind::kDone, -1, reason, ""});
+  s.done = true;
+}
+
+void Scheduler::fail(Seq& s, const std::string& error) {
+  s.out->push({ServeEvent::Kind::kError, -1, "", error});
+  s.done = true;
+  s.failed = true;
+  std::lock_guard<std::mutex> lk(mu_);
+  ++metrics_.failed;
+}
+
+void Scheduler::sample(Seq& s) {
+  const int32_t tok = s.sampler->sample(s.logits.data(), model_.config().n_vocab);
+  ++s.generated;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++metrics_.generated_tokens;
+  }
+  const auto& stops = s.req.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), tok) != stops.end()) return finish(s, "stop");
+  s.out->push({ServeEvent::Kind::kToken, tok, "", ""});
+  if (s.generated >= s.req.max_tokens || s.cache->n_past() >= s.cache->n_ctx())
+    return finish(s, "length");
+  s.next = tok;
+}
+
+bool Scheduler::step() {
+  admit();
+  // Drop what ended: finished, failed, cancelled (the client went away).
+  for (auto& s : active_) {
+    if (s->out->cancelled() && !s->done) {
+      s->done = true;
+      std::lock_guard<std::mutex> lk(mu_);
+      ++metrics_.cancelled;
+    }
+  }
+  size_t held = 0, full = 0, quant = 0, sink = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& s : active_)
+      if (s->done) {
+        account(*s);
+        if (!s->out->cancelled() && !s->failed) ++metrics_.finished;
+        metrics_.reserved_bytes -= s->reserved;
+      }
+    active_.erase(
+        std::remove_if(active_.begin(), active_.end(), [](const auto& s) { return s->done; }),
+        active_.end());
+    metrics_.active = int64_t(active_.size());
+  }
+
+  std::vector<BatchSegment> segs;
+  std::vector<Seq*> decoding;
+  Seq* prefill = nullptr;
+  int64_t chunk = 0;
+  for (auto& s : active_) {
+    if (s->decoding) {
+      segs.push_back({s->cache.get(), &s->next, 1, false, s->logits.data()});
+      decoding.push_back(s.get());
+    } else if (!prefill) {
+      prefill = s.get();
+      chunk = std::min<int64_t>(opts_.prefill_chunk, int64_t(s->req.prompt.size()) - s->fed);
+      const bool last = s->fed + chunk == int64_t(s->req.prompt.size());
+      segs.push_back({s->cache.get(), s->req.prompt.data() + s->fed, chunk, false,
+                      last ? s->logits.data() : nullptr});
+    }
+  }
+  if (segs.empty()) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = model_.forward(segs, pool_);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!st.is_ok()) {
+    // Nothing was committed: every sequence of the batch fails with the reason.
+    for (Seq* s : decoding) fail(*s, st.message());
+    if (prefill) fail(*prefill, st.message());
+    return true;
+  }
+  for (Seq* s : decoding) sample(*s);
+  if (prefill) {
+    prefill->fed += chunk;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      metrics_.prompt_tokens += chunk;
+    }
+    if (prefill->fed == int64_t(prefill->req.prompt.size())) {
+      // The prompt is in: a cache with --prefill-route end compresses now (SPEC §4).
+      const Status ep = prefill->cache->end_prompt();
+      if (!ep.is_ok()) {
+        fail(*prefill, ep.message());
+      } else {
+        prefill->decoding = true;
+        sample(*prefill);
+      }
+    }
+  }
+  for (auto& s : active_) {
+    const size_t b = s->cache->bytes_held();
+    held += b;
+    KvReport r;
+    s->cache->report(&r);
+    for (const auto& l : r.layers) {
+      full += l.bytes_full;
+      quant += l.bytes_quant;
+      sink += l.bytes_sink;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  ++metrics_.steps;
+  metrics_.held_bytes = held;
+  metrics_.held_full = full;
+  metrics_.held_quant = quant;
+  metrics_.held_sink = sink;
+  metrics_.max_held_bytes = std::max(metrics_.max_held_bytes, held);
+  if (!decoding.empty()) {
+    metrics_.decode_seconds += secs;
+    metrics_.decode_tokens += int64_t(decoding.size());
+  }
+  return true;
+}
+
+void Scheduler::run(const std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    if (step()) continue;
+    std::unique_lock<std::mutex> lk(mu_);
+    wake_.wait_for(lk, std::chrono::milliseconds(50),
+                   [&] { return stop.load() || !waiting_.empty(); });
+  }
+}
+
+}  // namespace qevict

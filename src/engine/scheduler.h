@@ -1,0 +1,137 @@
+// Continuous batching for the server (issue 12): requests join and leave the decode batch at
+// any step, prompt chunks interleave with decode steps, and every sequence's KV cache draws
+// its bytes from one pool. One thread calls step() (or run()); any thread submits requests
+// and reads their events from a ServeStream.
+//
+// The pool: a request is admitted only when its reservation fits in what the pool has left;
+// otherwise it waits in a bounded queue (submit() refuses, HTTP 429, when that is full). A
+// reservation is the most the request's cache can hold (reservation_bytes): a FullKV cache
+// its whole context in 16 bits; a budgeted cache its budget plus one prefill chunk, or the
+// whole prompt when it keeps every prompt token until the prompt ends (--prefill-route end),
+// plus a stated per-cache constant. A finished, failed or cancelled request gives its
+// reservation back at the next step. So long and short conversations, FullKV and budgeted,
+// share one pool by what each can really hold, and the bytes held never exceed the pool.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/sampling.h"
+#include "kvcache/kv_cache.h"
+#include "kvcache/params.h"
+#include "model/model.h"
+
+namespace qevict {
+
+struct ServeRequest {
+  std::vector<int32_t> prompt;  // non-empty
+  int max_tokens = 16;          // generate at most this many tokens
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;  // end of generation (not emitted)
+  KvCacheParams kv;                  // validated, the policy's defaults applied
+};
+
+struct ServeEvent {
+  enum class Kind { kToken, kDone, kError };
+  Kind kind = Kind::kToken;
+  int32_t token = -1;         // kToken
+  std::string finish_reason;  // kDone: "stop" | "length"
+  std::string error;          // kError
+};
+
+// One request's events, produced by the scheduler thread and read by its client's thread.
+class ServeStream {
+ public:
+  // Waits up to `timeout` for the next event; false when none came.
+  bool next(ServeEvent* e, std::chrono::milliseconds timeout);
+  // The client is gone: the scheduler drops the sequence and frees its bytes at its next step.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+
+ private:
+  friend class Scheduler;
+  void push(ServeEvent e);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ServeEvent> q_;
+  std::atomic<bool> cancelled_{false};
+  int64_t prompt_tokens_ = 0;
+};
+
+struct SchedulerOptions {
+  int64_t n_ctx = 8192;      // per sequence: prompt + max_tokens at most
+  size_t kv_pool_bytes = 0;  // every cache together (> 0)
+  int max_queue = 64;        // waiting requests; beyond, submit() refuses
+  int max_batch = 32;        // sequences admitted at once
+  int prefill_chunk = 256;   // prompt tokens per step (one prompt per step)
+  Status validate() const;
+};
+
+struct SchedulerMetrics {
+  int64_t requests = 0, refused_queue_full = 0, finished = 0, cancelled = 0, failed = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  int64_t waiting = 0, active = 0;
+  size_t pool_bytes = 0, reserved_bytes = 0;
+  size_t held_bytes = 0, held_full = 0, held_quant = 0, held_sink = 0;  // after the last step
+  size_t max_held_bytes = 0;                             // the most held after any step
+  int64_t evictions = 0, promotions = 0, demotions = 0;  // of finished and active sequences
+  double decode_seconds = 0.0;                           // wall time of steps that decoded
+  int64_t decode_tokens = 0;                             // tokens those steps generated
+};
+
+// What submit() says: a stream, or the HTTP status and message of a refusal.
+struct SubmitResult {
+  std::shared_ptr<ServeStream> stream;
+  int status = 200;  // 400: can never be served; 429: queue full
+  std::string error;
+};
+
+// The most bytes a cache for `prompt_len` + `max_tokens` tokens with params p can hold (see
+// the file comment); errors when the params cannot make a cache.
+Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
+                                   const KvCacheParams& p, int prefill_chunk);
+
+class Scheduler {
+ public:
+  Scheduler(Model& model, ThreadPool& pool, const SchedulerOptions& opts);
+  ~Scheduler();
+
+  // Thread-safe. Queues the request, or refuses it (see SubmitResult).
+  SubmitResult submit(ServeRequest r);
+  // Scheduler thread only. Admits waiting requests that fit the pool, drops cancelled ones,
+  // then runs one forward call over every decoding sequence's next token and at most one
+  // prompt chunk. False when there was nothing to run.
+  bool step();
+  // Calls step() until `stop`; sleeps while idle until a request arrives.
+  void run(const std::atomic<bool>& stop);
+  void wake();
+  SchedulerMetrics metrics() const;
+
+ private:
+  struct Seq;
+  void admit();
+  void finish(Seq& s, const std::string& reason);
+  void fail(Seq& s, const std::string& error);
+  void sample(Seq& s);
+  void account(const Seq& s);
+
+  Model& model_;
+  ThreadPool& pool_;
+  SchedulerOptions opts_;
+  mutable std::mutex mu_;  // waiting_, metrics_
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Seq>> waiting_;
+  std::vector<std::unique_ptr<Seq>> active_;  // scheduler thread only
+  SchedulerMetrics metrics_;
+};
+
+}  // namespace qevict
