@@ -223,7 +223,6 @@ bool Scheduler::step() {
       ++metrics_.cancelled;
     }
   }
-  size_t held = 0, full = 0, quant = 0, sink = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& s : active_)
@@ -237,6 +236,7 @@ bool Scheduler::step() {
         active_.end());
     metrics_.active = int64_t(active_.size());
   }
+  update_held();
 
   std::vector<BatchSegment> segs;
   std::vector<Seq*> decoding;
@@ -282,9 +282,20 @@ bool Scheduler::step() {
       }
     }
   }
+  update_held();
+  std::lock_guard<std::mutex> lk(mu_);
+  ++metrics_.steps;
+  if (!decoding.empty()) {
+    metrics_.decode_seconds += secs;
+    metrics_.decode_tokens += int64_t(decoding.size());
+  }
+  return true;
+}
+
+void Scheduler::update_held() {
+  size_t held = 0, full = 0, quant = 0, sink = 0;
   for (auto& s : active_) {
-    const size_t b = s->cache->bytes_held();
-    held += b;
+    held += s->cache->bytes_held();
     KvReport r;
     s->cache->report(&r);
     for (const auto& l : r.layers) {
@@ -294,17 +305,11 @@ bool Scheduler::step() {
     }
   }
   std::lock_guard<std::mutex> lk(mu_);
-  ++metrics_.steps;
   metrics_.held_bytes = held;
   metrics_.held_full = full;
   metrics_.held_quant = quant;
   metrics_.held_sink = sink;
   metrics_.max_held_bytes = std::max(metrics_.max_held_bytes, held);
-  if (!decoding.empty()) {
-    metrics_.decode_seconds += secs;
-    metrics_.decode_tokens += int64_t(decoding.size());
-  }
-  return true;
 }
 
 void Scheduler::run(const std::atomic<bool>& stop) {

@@ -123,6 +123,7 @@ class Scheduler {
   void fail(Seq& s, const std::string& error);
   void sample(Seq& s);
   void account(const Seq& s);
+  void update_held();  // metrics_.held_* from the active caches
 
   Model& model_;
   ThreadPool& pool_;
