@@ -41,8 +41,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_REL
 cmake --build build-asan -j"$jobs" --target qevict_unit_tests >/dev/null
 phase "sanitizer build done"
 # The randomized cache tests run fewer sequences (and a shorter long run) under the
-# sanitizers; the Release pass above runs the full 10,000 per policy and 20,000 positions.
-QEVICT_RANDOM_SEQUENCES=400 QEVICT_LONG_RUN_POSITIONS=10000 \
+# sanitizers (25x slower there); the Release pass above runs the full 10,000 per policy and
+# 20,000 positions.
+QEVICT_RANDOM_SEQUENCES=100 QEVICT_LONG_RUN_POSITIONS=3000 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE e2e
 

@@ -29,7 +29,7 @@ namespace {
 
 int64_t long_run_positions() {
   const char* e = std::getenv("QEVICT_LONG_RUN_POSITIONS");
-  return e && *e ? std::max<int64_t>(10000, std::atoll(e)) : 20000;
+  return e && *e ? std::max<int64_t>(2000, std::atoll(e)) : 20000;
 }
 
 KvShape long_shape() {
@@ -220,9 +220,10 @@ TEST(LongRun, TieredCachesStayFlatAndExactOverTheRun) {
       }
     }
   }
-  // Flat from 10K on: at most one more pool chunk per tier and layer than at 10K.
+  // Flat from 10K on: at most one more pool chunk per tier and layer than at 10K (runs
+  // shorter than 10K, as under the sanitizers, check the numerics only).
   for (const Run& r : runs) {
-    ASSERT_GE(r.marks.size(), 2u);
+    if (r.marks.size() < 3) continue;
     const size_t at_10k = r.marks[1].held;
     for (size_t i = 2; i < r.marks.size(); ++i)
       EXPECT_LE(r.marks[i].held, at_10k + size_t(s.n_layers) * 2 * SlotPool::kChunkBytes)
