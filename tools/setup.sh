@@ -8,7 +8,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 pkgs=(build-essential cmake pkg-config python3 python3-pip python3-venv ca-certificates
-      libhwy-dev libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcpp-httplib-dev
+      libhwy-dev libfmt-dev pybind11-dev python3-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcpp-httplib-dev
       jargon-text wamerican)  # the last two: haystack prose and word list of `qevict eval`
 tools/apt_install.sh setup "${pkgs[@]}"
 
