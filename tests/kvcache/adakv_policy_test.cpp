@@ -158,5 +158,70 @@ TEST(AdaKVCache, MatchesBruteForceModelWithVariableHeadStorage) {
   }
 }
 
+// kvpress's AdaKVPress (AdaKVOptions::Share::kSafeguard), brute force: SnapKV's per-head scores
+// (avg pool, k = 5); each head's top n_safe = max(0, int(α·(B + w)) − w) history tokens are
+// kept first; then one ranking of every (head, token) by (forced first, score desc, head asc,
+// position asc), selection-sorted, keeps the first H·B.
+RuleOutput safeguard_rule(const RouteInput& in, int64_t B, double alpha, int w) {
+  const int H = int(in.cand.size());
+  int64_t n_all = 0;
+  for (const auto& c : in.cand) n_all += int64_t(c.size());
+  B = std::min(B, n_all);
+  const int64_t n_safe = std::max<int64_t>(0, int64_t(alpha * double(B + w)) - w);
+  RuleOutput out;
+  out.keep.resize(size_t(H));
+  out.ambiguous.assign(size_t(H), false);
+  std::vector<std::tuple<double, int, int32_t>> all;  // (score, head, position)
+  for (int h = 0; h < H; ++h) {
+    std::vector<double> s = obs_family::snap_scores_ref(in, h, 5, false);
+    std::vector<int> idx;
+    out.ambiguous[size_t(h)] = obs_family::rank_desc(s, in.cand[size_t(h)], &idx,
+                                                     std::min<int64_t>(n_safe, int64_t(s.size())));
+    for (int64_t r = 0; r < std::min<int64_t>(n_safe, int64_t(idx.size())); ++r)
+      s[size_t(idx[size_t(r)])] = HUGE_VAL;
+    for (size_t i = 0; i < s.size(); ++i) all.push_back({s[i], h, in.cand[size_t(h)][i]});
+  }
+  for (size_t a = 0; a < all.size(); ++a)
+    for (size_t b = a + 1; b < all.size(); ++b)
+      if (std::get<0>(all[b]) > std::get<0>(all[a]) ||
+          (std::get<0>(all[b]) == std::get<0>(all[a]) &&
+           std::make_pair(std::get<1>(all[b]), std::get<2>(all[b])) <
+               std::make_pair(std::get<1>(all[a]), std::get<2>(all[a]))))
+        std::swap(all[a], all[b]);
+  const int64_t top = std::min<int64_t>(int64_t(H) * B, int64_t(all.size()));
+  if (top > 0 && top < int64_t(all.size())) {
+    const double a = std::get<0>(all[size_t(top - 1)]), b = std::get<0>(all[size_t(top)]);
+    if (std::isfinite(a) && std::fabs(a - b) <= 1e-4 * std::max(std::fabs(a), std::fabs(b)) + 1e-12)
+      out.ambiguous.assign(size_t(H), true);
+  }
+  for (int64_t r = 0; r < top; ++r)
+    out.keep[size_t(std::get<1>(all[size_t(r)]))].insert(std::get<2>(all[size_t(r)]));
+  return out;
+}
+
+TEST(AdaKVCache, KvpressSafeguardMatchesBruteForceModel) {
+  const KvShape s = obs_family::small_shape(2, 6, 3, 8);
+  const int recent = 4;
+  for (const double alpha : {0.2, 0.6}) {
+    SCOPED_TRACE(alpha);
+    KvCacheParams p = obs_family::family_params("adakv", 16, recent, 4, "end");
+    obs_family::DriveOptions o;
+    o.calls = {37, 29};
+    o.n_prompt = 66;
+    o.calls.insert(o.calls.end(), 30, 1);
+    o.seed = 23;
+    AdaKVOptions ao;
+    ao.snap = {8, 5, ObsPool::kAvg};
+    ao.alpha = alpha;
+    ao.share = AdaKVOptions::Share::kSafeguard;
+    obs_family::Driver drv(s, p, 200, std::make_unique<AdaKVPolicy>(ao, recent));
+    const auto res =
+        drv.run(o, 8, [&](const RouteInput& in) { return safeguard_rule(in, 12, alpha, recent); });
+    if (HasFailure()) return;
+    EXPECT_LT(res.ambiguous_heads * 10, res.checked_heads);
+    EXPECT_TRUE(res.heads_differ) << "every head kept the same number of tokens";
+  }
+}
+
 }  // namespace
 }  // namespace qevict

@@ -27,8 +27,9 @@ bool near(double a, double b) {
 // The reference's scores of one layer (efficient_defensivekv_press.py), transcribed with
 // K history tokens per head as the stage-1 cap and `w` for the window bias's columns.
 // ambiguous[h] is set when a stage-1 boundary is a near tie.
+// R: the always-kept recent tokens (the reference's window in its stage-1 cap).
 std::vector<std::vector<double>> defensive_scores_ref(const RouteInput& in, int64_t K, int w,
-                                                      std::vector<bool>* ambiguous) {
+                                                      std::vector<bool>* ambiguous, int n_recent) {
   const int H = int(in.cand.size()), g = in.group, R = in.n_obs;
   double bias = 0.0;
   for (int h = 0; h < H; ++h) {
@@ -82,7 +83,14 @@ std::vector<std::vector<double>> defensive_scores_ref(const RouteInput& in, int6
         break;
       }
     }
-    count = std::min(count, K);
+    // The cap: int(m(1 − cr) − R) with m = n − R the prefix, 1 − cr = (K + R) / n
+    // (R = n_recent).
+    const int64_t cap =
+        std::clamp<int64_t>(int64_t(std::floor(double(in.n_past - n_recent) * double(K + n_recent) /
+                                               double(in.n_past))) -
+                                n_recent,
+                            0, K);
+    count = std::min(count, cap);
     if (count > 0 && size_t(count) < n &&
         near(ave[size_t(idx[size_t(count - 1)])], ave[size_t(idx[size_t(count)])]))
       (*ambiguous)[size_t(h)] = true;
@@ -114,7 +122,7 @@ void global_top(std::vector<Entry>& all, int64_t top, bool* ambiguous) {
 }
 
 std::vector<RuleOutput> defensive_rule(const std::vector<RouteInput>& ins, int64_t K, int w,
-                                       bool over_layers) {
+                                       bool over_layers, int R) {
   std::vector<RuleOutput> outs(ins.size());
   std::vector<Entry> pool;
   bool amb_all = false;
@@ -122,7 +130,7 @@ std::vector<RuleOutput> defensive_rule(const std::vector<RouteInput>& ins, int64
     const int H = int(ins[l].cand.size());
     outs[l].keep.assign(size_t(H), {});
     outs[l].ambiguous.assign(size_t(H), false);
-    const auto s = defensive_scores_ref(ins[l], K, w, &outs[l].ambiguous);
+    const auto s = defensive_scores_ref(ins[l], K, w, &outs[l].ambiguous, R);
     std::vector<Entry> layer;
     for (int h = 0; h < H; ++h)
       for (size_t i = 0; i < s[size_t(h)].size(); ++i)
@@ -166,9 +174,10 @@ TEST(DefensiveKVPolicy, MatchesBruteForceRuleOnRandomRequests) {
     RoutingPlan plan;
     pol.plan(req, &plan);
     ASSERT_TRUE(check_plan(req, plan).is_ok()) << check_plan(req, plan).message();
-    const RouteInput in = obs_family::as_input(req);
+    RouteInput in = obs_family::as_input(req);
+    in.n_past = req.n_past;
     const int64_t quota = std::min<int64_t>(K, int64_t(req.candidates.size()));
-    const RuleOutput want = defensive_rule({in}, quota, o.window, false)[0];
+    const RuleOutput want = defensive_rule({in}, quota, o.window, false, 0)[0];
     for (int h = 0; h < H; ++h) {
       if (want.ambiguous[size_t(h)]) continue;
       ++checked;
@@ -256,7 +265,7 @@ TEST(DefensiveKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
     dopt.over_layers = over_layers;
     obs_family::Driver drv(s, p, 200, std::make_unique<DefensiveKVPolicy>(dopt, recent));
     const auto res = drv.run_layers(o, w, [&](const std::vector<RouteInput>& ins) {
-      return defensive_rule(ins, 12, w, over_layers);
+      return defensive_rule(ins, 12, w, over_layers, recent);
     });
     if (HasFailure()) return;
     EXPECT_LT(res.ambiguous_heads * 5, res.checked_heads);

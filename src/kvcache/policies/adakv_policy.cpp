@@ -70,7 +70,27 @@ void AdaKVPolicy::plan(const RoutingRequest& req, RoutingPlan* plan) {
   score_.resize(size_t(req.n_heads));
   for (int h = 0; h < req.n_heads; ++h)
     snapkv::head_scores(req, h, o_.snap.kernel, o_.snap.pool, &score_[size_t(h)]);
-  allocate(score_, base, o_.alpha, &budget_);
+  if (o_.share == AdaKVOptions::Share::kSafeguard) {
+    // kvpress: n_safe = int(n_kept·α) per head, the window first; its history share here.
+    const int64_t n_safe =
+        std::clamp<int64_t>(int64_t(o_.alpha * double(base + recent_)) - recent_, 0, base);
+    for (int h = 0; h < req.n_heads; ++h) {
+      std::vector<double>& s = score_[size_t(h)];
+      const int64_t m = int64_t(s.size()), k = std::min(n_safe, m), b = req.cand_begin(h);
+      if (k == 0) continue;
+      order_.resize(size_t(m));
+      for (int64_t i = 0; i < m; ++i) order_[size_t(i)] = int32_t(i);
+      std::nth_element(order_.begin(), order_.begin() + (k - 1), order_.end(),
+                       [&](int32_t x, int32_t y) {
+                         if (s[size_t(x)] != s[size_t(y)]) return s[size_t(x)] > s[size_t(y)];
+                         return req.candidates[size_t(b + x)].id < req.candidates[size_t(b + y)].id;
+                       });
+      for (int64_t r = 0; r < k; ++r) s[size_t(order_[size_t(r)])] = HUGE_VAL;
+    }
+    allocate(score_, base, 0.0, &budget_);  // the global top over what is left
+  } else {
+    allocate(score_, base, o_.alpha, &budget_);
+  }
   for (int h = 0; h < req.n_heads; ++h)
     snapkv::keep_top(req, req.cand_begin(h), req.n_cand(h), score_[size_t(h)].data(),
                      budget_[size_t(h)], &order_, plan);

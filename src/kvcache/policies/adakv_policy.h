@@ -30,12 +30,21 @@ namespace qevict {
 
 struct AdaKVOptions {
   SnapKVOptions snap{32, 7, ObsPool::kMax};
-  double alpha = 0.2;  // floor_alpha
+  double alpha = 0.2;  // floor_alpha (kFloor) or alpha_safeguard (kSafeguard)
+  // How the layer's H·B history tokens are shared among its heads:
+  //  kFloor      FFY0/AdaKV (above): B_h = round(c_h·(1 − α) + ⌊α·B⌋).
+  //  kSafeguard  NVIDIA kvpress AdaKVPress (kvpress/presses/adakv_press.py:L63-78, alpha 0.2,
+  //              on SnapKVPress scores): each head first keeps its top ⌊α·n_kept⌋ tokens,
+  //              n_kept = B + w counting the window (whose padded scores put it first), then
+  //              one global top over every head fills the layer's H·n_kept. What the
+  //              faithfulness check compares with kvpress (tests/e2e/faithfulness_test.cpp).
+  enum class Share { kFloor, kSafeguard } share = Share::kFloor;
 };
 
 class AdaKVPolicy final : public RoutingPolicy {
  public:
-  explicit AdaKVPolicy(AdaKVOptions o = {}) : o_(o) {}
+  // recent: the always-kept recent tokens per head (the window w; kSafeguard counts them).
+  explicit AdaKVPolicy(AdaKVOptions o = {}, int recent = 0) : o_(o), recent_(recent) {}
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "adakv"; }
   PolicyNeeds needs() const override;
@@ -47,6 +56,7 @@ class AdaKVPolicy final : public RoutingPolicy {
 
  private:
   AdaKVOptions o_;
+  int recent_ = 0;
   std::vector<std::vector<double>> score_;
   std::vector<int64_t> budget_;
   std::vector<int32_t> order_;

@@ -108,7 +108,16 @@ void DefensiveKVPolicy::scores(const RoutingRequest& req, std::vector<double>* o
         break;
       }
     }
-    count = std::min(count, std::max<int64_t>(0, snapkv::per_head_quota(req)));
+    // The reference caps the count at int(m·(1 − cr) − w), m = n − w its prefix length
+    // (efficient_defensivekv_press.py:L67 on values[..., :-w], L218): with 1 − cr = C / n,
+    // C = K + R the head's capacity, that is ⌊(n − R)·C / n⌋ − R, at most K.
+    const int64_t quota = std::max<int64_t>(0, snapkv::per_head_quota(req));
+    const double n_all = double(std::max<int64_t>(req.n_past, 1));
+    const int64_t cap = std::clamp<int64_t>(
+        int64_t(std::floor(double(req.n_past - recent_) * double(quota + recent_) / n_all)) -
+            recent_,
+        0, quota);
+    count = std::min(count, cap);
     for (int64_t r = 0; r < count; ++r) s[order_[size_t(r)]] = kInf;
   }
 }

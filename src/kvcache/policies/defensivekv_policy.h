@@ -14,7 +14,8 @@
 //    head (L213-214); s_i ×= ν_i / Σ_heads ν_i, ν = mean over the group of ‖v W_O^h‖₁,
 //    normalised across the KV heads (vwl1norm, L54-55); stage 1 (L95-110): per head, sort the
 //    mean attention (over G and w, normalised to sum 1) and force-keep the tokens before the
-//    cumulative sum first reaches 0.9 − window_bias, at most ⌊n(1−cr) − w⌋ of them
+//    cumulative sum first reaches 0.9 − window_bias, at most ⌊(n − w)(1−cr) − w⌋ of them
+//    (L67: its q_len there is the prefix's, values[..., :-w])
 //    (window_bias: the mean over heads and queries of the attention on the last w prefix
 //    columns — the reference's quirk, kept, L152-154); the window is always kept.
 //  - DefensiveKV's allocation (efficient_ada_scorer_press.py:L89-96): one global top
@@ -32,6 +33,8 @@
 // hold different tokens, so ν is normalised over the heads that hold the position.
 // Forced (stage-1) tokens rank above every other (the reference sets them to the layer's
 // maximum score, which the top maximum token shares; we break that tie for the forced ones).
+// Layer-DefensiveKV's top over all layers then always keeps them, where the reference
+// compares them at their layer's maximum (the faithfulness check measures what that costs).
 #pragma once
 
 #include <vector>
