@@ -240,7 +240,7 @@ TEST_P(KiviCacheTest, RuleBytesAndAttentionAgainstDenseReference) {
   };
   // The state after the rule: the model's counts, the byte formula, and codes equal to the
   // group quantizer on the f16 inputs of exactly the groups the rule names.
-  auto check_state = [&]() {
+  auto check_state = [&](bool codes_too) {
     for (int l = 0; l < s.n_layers; ++l) {
       const KiviLayerExport e = c->export_layer(l);
       ASSERT_EQ(e.keys_quantized, model.kq) << "n " << n;
@@ -248,6 +248,7 @@ TEST_P(KiviCacheTest, RuleBytesAndAttentionAgainstDenseReference) {
       ASSERT_EQ(int64_t(e.k_res.size()), model.kres * kvw);
       ASSERT_EQ(int64_t(e.v_res.size()), model.vres * kvw);
       ASSERT_EQ(c->layer_bytes(l), kivi_layer_bytes(kc, n, hkv, d)) << "n " << n;
+      if (!codes_too) continue;
       std::vector<uint8_t> codes(static_cast<size_t>(G));
       const auto& K = all_k[size_t(l)];
       const auto& V = all_v[size_t(l)];
@@ -281,17 +282,17 @@ TEST_P(KiviCacheTest, RuleBytesAndAttentionAgainstDenseReference) {
     call(m, true);
     if (!defer) {
       model.prefill(n);  // per chunk: the same counts as one prefill of n (they depend on n)
-      check_state();
+      check_state(true);
     }
   }
   ASSERT_TRUE(c->end_prompt().is_ok());
   model.prefill(n);
-  check_state();
+  check_state(true);
   const size_t prompt_bytes = c->layer_bytes(0);
   for (int64_t i = 0; i < cs.steps; ++i) {
     call(1, i % 7 == 0 || i + 1 == cs.steps);
     model.decode();
-    check_state();
+    check_state(i % 9 == 0 || i + 1 == cs.steps);  // counts and bytes every step
   }
   EXPECT_GT(c->layer_bytes(0), prompt_bytes);
   KvReport r;
@@ -306,7 +307,7 @@ TEST_P(KiviCacheTest, RuleBytesAndAttentionAgainstDenseReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Settings, KiviCacheTest,
-                         ::testing::Values(Case{2, 32, 128, "end", 300, 300, 140},
+                         ::testing::Values(Case{2, 32, 128, "end", 200, 200, 140},
                                            Case{4, 32, 128, "end", 300, 64, 60},
                                            Case{2, 32, 64, "chunk", 200, 37, 80},
                                            Case{4, 16, 32, "chunk", 45, 45, 70},
