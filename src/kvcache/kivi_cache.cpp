@@ -142,7 +142,10 @@ void KiviKvCache::attend(int layer, const float* q, const float* k, const float*
   // The new tokens join the f16 residuals (the reference's key_states_full / value_states_full).
   for (auto [res, src] : {std::pair{&L.k_res, k}, std::pair{&L.v_res, v}}) {
     const size_t off = res->size();
-    grow(*res, off + size_t(n_new_) * kvw, size_t(kvw));
+    // Decode never holds more than R + 1 residual tokens: reserve that once (a prompt held
+    // for --prefill-route end takes what it needs and is shrunk by end_prompt()).
+    const size_t need = off + size_t(n_new_) * kvw;
+    if (res->capacity() < need) res->reserve(std::max(need, size_t(c_.residual + 1) * kvw));
     res->resize(off + size_t(n_new_) * kvw);
     f32_to_half(dtype_, src, res->data() + off, n_new_ * kvw);
   }

@@ -80,11 +80,12 @@ class KiviKvCache final : public SequenceKvCache {
   // (R at a time) and residual values beyond the newest R.
   void apply_rule(Layer& L, int64_t n);
   void dequantize_layer(const Layer& L, int64_t n);  // into k_scr_, v_scr_
-  // Grows v to hold `size` elements in steps of kGrowTokens tokens (bounded slack).
+  // Grows v to hold `size` elements in steps of kGrowTokens tokens (bounded slack: at most
+  // kGrowTokens tokens' codes beyond what is stored).
   template <class T>
   void grow(std::vector<T>& v, size_t size, size_t per_token);
 
-  static constexpr int64_t kGrowTokens = 256;
+  static constexpr int64_t kGrowTokens = 64;
   KvShape shape_;
   int64_t n_ctx_;
   KiviConfig c_;
