@@ -169,7 +169,9 @@ def main():
         os.makedirs(a.golden_out, exist_ok=True)
         T = a.golden_tokens
         gmeta = {"tokens": T, "group": 32, "residual": 32, "n_kv_heads": H, "head_dim": D,
-                 "layers": [0, L - 1], "bits": [2, 4], "source": " ".join(cmd)}
+                 "layers": [0, L - 1], "bits": [2, 4],
+                 "source": f"{os.path.basename(a.model)}, the first {T} tokens of "
+                           f"{os.path.relpath(a.text, ROOT)} (a {n}-token prompt, KIVI dump)"}
         for l in gmeta["layers"]:
             m = ours(dump, l, H, D, G)
             k, v = m["k_in"][:T], m["v_in"][:T]
