@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/f16.h"
@@ -311,7 +312,13 @@ INSTANTIATE_TEST_SUITE_P(Settings, KiviCacheTest,
                                            Case{4, 32, 128, "end", 300, 64, 60},
                                            Case{2, 32, 64, "chunk", 200, 37, 80},
                                            Case{4, 16, 32, "chunk", 45, 45, 70},
-                                           Case{2, 64, 64, "end", 20, 20, 130}));
+                                           Case{2, 64, 64, "end", 20, 20, 130}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           const Case& c = i.param;
+                           return "b" + std::to_string(c.bits) + "_G" + std::to_string(c.group) +
+                                  "_R" + std::to_string(c.residual) + "_" + c.route + "_prompt" +
+                                  std::to_string(c.prompt) + "_chunk" + std::to_string(c.chunk);
+                         });
 
 TEST(KiviCache, DefaultsBudgetRefusalAndBadSettings) {
   KvCacheParams p;
