@@ -112,11 +112,14 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
   o.sink = app.add_option("--kv-sink", p.sink,
                           "sink tokens kept in full precision (streaming default 4, h2o 0)")
                ->capture_default_str();
-  o.local = app.add_option("--kv-local", p.local,
-                           "newest tokens kept in full precision (h2o default: half the budget)")
+  o.local = app.add_option(
+                   "--kv-local", p.local,
+                   "newest tokens kept in full precision (h2o default: half the budget; kivi: the "
+                   "f16 residual R, default 128)")
                 ->capture_default_str();
   o.bits = app.add_option("--kv-bits", p.bits, "low-bit tier: 2 or 4 bits")->capture_default_str();
-  app.add_option("--kv-group", p.value_group, "value quantization group (0: head_dim)")
+  app.add_option("--kv-group", p.value_group,
+                 "value quantization group (0: head_dim; kivi: G, default 32)")
       ->capture_default_str();
   app.add_option("--kv-dtype", o.dtype, "full-precision KV type")
       ->capture_default_str()
@@ -147,7 +150,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
   if (!cache) return;
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");
   app.add_option("--kv-trace", p.trace_path,
-                 "write one JSON line per routing event and layer to this file");
+                 "write one JSON line per routing event and layer to this file (kivi: a "
+                 "directory, where the prompt's quantization is dumped as .npy)");
 }
 
 Expected<KvCacheParams> kv_params(const KvOptions& o) {
@@ -185,6 +189,17 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
                  tot.bytes_ledger_of_full / 1048576.0);
   }
   std::fprintf(stderr, "\n");
+  if (r.budget.kind == CacheKind::kQuantized) {
+    // A quantizer's byte point: codes + scales + f16 residuals (no scratch), against FullKV's
+    // f16 bytes for the same tokens.
+    const int64_t n = cache.n_past();
+    const double full = double(n) * double(r.budget.token_bytes) * double(r.layers.size());
+    std::fprintf(stderr,
+                 "kv-stats: quantized %zu B + f16 residual %zu B = %zu B stored over %zu layers "
+                 "for %lld tokens = %.4f x FullKV's f16 bytes\n",
+                 tot.bytes_quant, tot.bytes_full, tot.bytes_quant + tot.bytes_full, r.layers.size(),
+                 (long long)n, full > 0 ? double(tot.bytes_quant + tot.bytes_full) / full : 0.0);
+  }
   if (r.budget.kind == CacheKind::kPerHead) {
     std::fprintf(stderr,
                  "kv-stats: per-head tokens: capacity %lld (heavy %lld) | routing events %lld | "

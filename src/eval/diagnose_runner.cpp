@@ -56,6 +56,10 @@ Expected<KvCacheParams> variant_params(const std::string& name, const DiagnoseOp
     p.score = defaults.score;
     // --prefill-route applies to every variant; the observation window only to windowed ones.
     if (row->kind != CacheKind::kWindowed) p.prefill_window = 0;
+    if (row->kind == CacheKind::kQuantized) {  // a quantizer runs at its byte point
+      p.budget_fraction = 0.0;
+      p.budget_bytes = 0;
+    }
     KvParamsGiven given;
     given.prefill_route = true;  // the run's --prefill-route, for every variant alike
     QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, given));

@@ -114,7 +114,7 @@ Expected<std::vector<EvalVariant>> expand_variants(const EvalOptions& o) {
     }
     Status s = apply_policy_defaults(&p, g);
     if (!s) return Status::error(fmt::format("variant '{}': {}", spec, s.message()));
-    const bool budgeted = row->kind != CacheKind::kFull;
+    const bool budgeted = row->kind != CacheKind::kFull && row->kind != CacheKind::kQuantized;
     for (double b : budgeted ? o.budgets : std::vector<double>{0.0}) {
       EvalVariant v{spec, b, p};
       v.params.budget_fraction = b;

@@ -34,6 +34,8 @@ std::string KvBudget::describe() const {
           "K_q {} x M_q {} B)",
           total, sink_bytes, local_bytes, local_windows, hist_bytes, capacity_full, window_full,
           capacity_quant, window_quant);
+    case CacheKind::kQuantized:
+      return "no budget (a quantizer's byte point)";
     case CacheKind::kPerHead:
       return fmt::format(
           "budget {} B/layer; per head {} tokens of {} B = {} sink + {} recent + {} heavy", total,
@@ -50,6 +52,17 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   b.kind = kind;
   b.token_bytes = shape.token_bytes();
   if (kind == CacheKind::kFull) return b;
+  if (kind == CacheKind::kQuantized) {
+    // Issue 10: quantizers that cannot reach a budget run at the byte points their settings
+    // give; a budget would be silently ignored, so it is refused.
+    if (p.budget_fraction > 0.0 || p.budget_bytes > 0)
+      return Status::error(fmt::format(
+          "{} is a quantizer: it keeps every token and holds the bytes its settings give "
+          "(--kv-bits, --kv-group, --kv-local); it cannot meet --kv-budget/--kv-budget-bytes, "
+          "so run it without one",
+          p.policy));
+    return b;
+  }
   if (p.budget_fraction > 0.0 && p.budget_bytes > 0)
     return Status::error(
         "give the KV budget either as a fraction (--kv-budget) or in bytes (--kv-budget-bytes), "

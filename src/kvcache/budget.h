@@ -22,9 +22,10 @@ namespace qevict {
 
 // How a cache lays out its bytes; decides which figures a budget has.
 enum class CacheKind {
-  kFull,      // FullKV: no budget
-  kWindowed,  // sink + windows in F / Q / E + local region (TieredKvCache)
-  kPerHead,   // per-KV-head token sets (HeadKvCache)
+  kFull,       // FullKV: no budget
+  kWindowed,   // sink + windows in F / Q / E + local region (TieredKvCache)
+  kPerHead,    // per-KV-head token sets (HeadKvCache)
+  kQuantized,  // every token kept, quantized (KiviKvCache): no budget, a byte point
 };
 
 // What a routing policy may keep, in bytes (a view of KvBudget for one routing event).
@@ -56,7 +57,7 @@ struct KvBudget {
   int64_t head_capacity = 0;    // C
   int64_t head_heavy = 0;       // K = C − S − L
 
-  bool budgeted() const { return kind != CacheKind::kFull; }
+  bool budgeted() const { return kind == CacheKind::kWindowed || kind == CacheKind::kPerHead; }
   // Windows whose every position has left the local region after n_past tokens: the
   // candidates of a routing event.
   int64_t aged_windows(int64_t n_past) const {
@@ -68,7 +69,8 @@ struct KvBudget {
 };
 
 // Computes the budget of a cache of `kind` for at most n_ctx tokens, or says why the
-// params cannot make one (no budget given, budget below sink + local, ...). For kPerHead a
+// params cannot make one (no budget given, budget below sink + local, ...; kQuantized: a
+// budget given, which a pure quantizer cannot meet). For kPerHead a
 // params.local of -1 means H2O's default: the recent window takes half of what the sink leaves.
 Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
                                   const KvCacheParams& params);

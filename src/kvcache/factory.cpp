@@ -4,6 +4,7 @@
 #include "kvcache/budget.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/head_cache.h"
+#include "kvcache/kivi_cache.h"
 #include "kvcache/registry.h"
 #include "kvcache/routing_observer.h"
 #include "kvcache/tiered_cache.h"
@@ -24,6 +25,17 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
     case CacheKind::kPerHead:
       return std::unique_ptr<SequenceKvCache>(
           new HeadKvCache(shape, n_ctx, p, *budget, row->make_policy(p)));
+    case CacheKind::kQuantized: {
+      const KiviConfig c{p.bits, p.value_group, p.local};
+      QEVICT_RETURN_IF_ERROR(c.validate(shape.head_dim));
+      if (p.dtype != HalfType::kF16)
+        return Status::error("kivi keeps its residual and parameters in f16, as the reference");
+      if (!p.trace_path.empty() && p.prefill_route != "end")
+        return Status::error(
+            "--kv-trace DIR with kivi dumps the prompt's quantization at its end: it needs "
+            "--prefill-route end");
+      return std::unique_ptr<SequenceKvCache>(new KiviKvCache(shape, n_ctx, p, c));
+    }
     case CacheKind::kWindowed: {
       std::unique_ptr<RoutingObserver> trace;
       if (!p.trace_path.empty()) {

@@ -197,6 +197,32 @@ std::deque<PolicyInfo> built_ins() {
     };
     rows.push_back(std::move(r));
   }
+  {
+    PolicyInfo r;
+    r.name = "kivi";
+    r.summary =
+        "KIVI-2/4: keys per channel, values per token, 2 or 4 bits (--kv-bits) in groups of "
+        "32, an f16 residual of the 128 newest tokens; no budget, its byte point";
+    r.source =
+        "Liu et al., ICML 2024 (arXiv 2402.02750); jy-yuan/KIVI quant/new_pack.py:L217-252, "
+        "models/llama_kivi.py:L131-220; LongBench setup G 32, R 128 (docs/long_bench.md:L7,L30)";
+    r.kind = CacheKind::kQuantized;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      if (given.window || given.q || given.sink || given.route_every)
+        return Status::error(
+            "--kv-window, --kv-q, --kv-sink and --kv-route-every do not apply to kivi (every "
+            "token kept, quantized after each call)");
+      // G: --kv-group (0, the qevict default of head_dim, means KIVI's 32); R: --kv-local.
+      if (p->value_group == 0) p->value_group = 32;
+      if (!given.local) p->local = 128;
+      if (!given.prefill_route) p->prefill_route = "end";
+      p->sink = 0;
+      p->window = 1;
+      p->q = 0.0;
+      return Status::ok();
+    };
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 
@@ -225,7 +251,7 @@ Status register_policy(PolicyInfo row) {
   if (row.name.empty()) return Status::error("a policy needs a name");
   if (find_policy(row.name))
     return Status::error(fmt::format("KV policy '{}' is registered already", row.name));
-  if (row.kind != CacheKind::kFull && !row.make_policy)
+  if (row.kind != CacheKind::kFull && row.kind != CacheKind::kQuantized && !row.make_policy)
     return Status::error(fmt::format("KV policy '{}' has no routing rule", row.name));
   rows().push_back(std::move(row));
   return Status::ok();

@@ -34,6 +34,23 @@ TEST(DiagnoseVariants, AcceptsTheIssue10Baselines) {
       EXPECT_GT(r.budget.head_heavy, 0) << name;
     }
   }
+  // A quantizer runs at its byte point: the run's budget is not passed on (it would be refused).
+  for (const char* route : {"chunk", "end"}) {
+    o.base.prefill_route = route;
+    auto p = variant_params("kivi", o);
+    ASSERT_TRUE(p.has_value()) << p.error();
+    EXPECT_EQ(p->policy, "kivi");
+    EXPECT_EQ(p->prefill_route, route);
+    EXPECT_EQ(p->budget_fraction, 0.0);
+    EXPECT_EQ(p->local, 128);
+    EXPECT_EQ(p->value_group, 32);
+    auto c = make_kv_cache(s, o.prefill + o.gen, *p);
+    ASSERT_TRUE(c.has_value()) << c.error();
+    KvReport r;
+    (*c)->report(&r, ReportDetail::kTiers);
+    EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
+    EXPECT_EQ(r.position_tiers.size(), size_t(s.n_layers));
+  }
   auto bad = variant_params("snapkv-typo", o);
   EXPECT_FALSE(bad.has_value());
 }

@@ -7,7 +7,9 @@ score. FullKV's logits are saved once (--logits-out); every variant is compared 
 (--kl-base) over the teacher-forced positions: mean KL(FullKV || variant) and top-1
 agreement. Variants (--variants): qevict (F + Q + E, q = 0.70), the two-tier cache with the
 same windows (--kv-q 0, F + E), StreamingLLM (sink + recent) and H2O (heavy hitters + recent,
-per head), each with its authors' defaults, at every budget (equal bytes per layer).
+per head), each with its authors' defaults, at every budget (equal bytes per layer). The
+quantizers (kivi-2, kivi-4) keep every token and cannot meet a budget: each runs once, at the
+byte point its settings give (its stored bytes / FullKV's f16 bytes, from --kv-stats).
 
     python=$(tools/venv.sh)
     $python tools/bench/fidelity_vs_budget.py --qevict build/tools/qevict --model "$(tools/fetch_model.sh)" \
@@ -57,29 +59,44 @@ def main():
     known = {"qevict": ("qevict", ["--kv-policy", "qevict"]),
              "two-tier": ("two-tier (q=0)", ["--kv-policy", "qevict", "--kv-q", "0"]),
              "streaming": ("streaming", ["--kv-policy", "streaming"]),
-             "h2o": ("h2o", ["--kv-policy", "h2o"])}
+             "h2o": ("h2o", ["--kv-policy", "h2o"]),
+             # Quantizers keep every token: one run each at the byte point their settings give
+             # (issue 10), placed at that point (stored bytes / FullKV's f16 bytes).
+             "kivi-2": ("kivi-2", ["--kv-policy", "kivi", "--kv-bits", "2"]),
+             "kivi-4": ("kivi-4", ["--kv-policy", "kivi", "--kv-bits", "4"])}
+    quantizers = {"kivi-2", "kivi-4"}
     variants = [known[v] for v in a.variants.split(",")]
-    for b in [float(x) for x in a.budgets.split(",")]:
-        for name, flags in variants:
-            out, err = run(base_cmd + flags + ["--kv-budget", str(b), "--kl-base", full_npy, "--kv-stats"] +
-                           (a.extra.split() if a.extra else []))
-            m = re.search(r"mean KL ([0-9.e-]+) \(p99 ([0-9.e-]+)\), top-1 agreement ([0-9.]+) over (\d+)", out)
-            ppl = float(re.search(r"perplexity: ([0-9.]+)", out).group(1))
-            tot = [l for l in err.splitlines() if l.startswith("kv-stats: total")]
-            rows.append({"variant": name, "budget": b, "mean_kl": float(m.group(1)), "p99_kl": float(m.group(2)),
-                         "top1": float(m.group(3)), "positions": int(m.group(4)), "perplexity": ppl,
-                         "kv_stats_total": tot[0] if tot else ""})
-            print(f"{name:16s} budget {b:5.2f}: KL {rows[-1]['mean_kl']:.5f} top-1 {rows[-1]['top1']:.4f} "
-                  f"ppl {ppl:.3f}", file=sys.stderr, flush=True)
+    runs = [(float(b), name, flags) for b in a.budgets.split(",") for name, flags in variants
+            if name not in quantizers]
+    runs += [(None, name, flags) for name, flags in variants if name in quantizers]
+    for b, name, flags in runs:
+        budget_flags = [] if b is None else ["--kv-budget", str(b)]
+        out, err = run(base_cmd + flags + budget_flags + ["--kl-base", full_npy, "--kv-stats"] +
+                       (a.extra.split() if a.extra else []))
+        m = re.search(r"mean KL ([0-9.e-]+) \(p99 ([0-9.e-]+)\), top-1 agreement ([0-9.]+) over (\d+)", out)
+        ppl = float(re.search(r"perplexity: ([0-9.]+)", out).group(1))
+        tot = [l for l in err.splitlines() if l.startswith("kv-stats: total")]
+        held = re.search(r"bytes held by the cache: ([0-9.]+) MiB", err)
+        point = re.search(r"= ([0-9.]+) x FullKV's f16 bytes", err)
+        if b is None:
+            b = float(point.group(1))
+        rows.append({"variant": name, "budget": b, "mean_kl": float(m.group(1)), "p99_kl": float(m.group(2)),
+                     "top1": float(m.group(3)), "positions": int(m.group(4)), "perplexity": ppl,
+                     "byte_point": name in quantizers,
+                     "bytes_held_mib": float(held.group(1)) if held else None,
+                     "kv_stats_total": tot[0] if tot else ""})
+        print(f"{name:16s} budget {b:5.2f}: KL {rows[-1]['mean_kl']:.5f} top-1 {rows[-1]['top1']:.4f} "
+              f"ppl {ppl:.3f}", file=sys.stderr, flush=True)
     result = {"text": os.path.relpath(a.text, ROOT), "prefill": a.prefill, "forced": a.forced,
               "fullkv_perplexity": full_ppl, "command": " ".join(sys.argv), "rows": rows}
     with open(os.path.join(a.out_dir, "fidelity.json"), "w") as f:
         json.dump(result, f, indent=1)
     lines = [f"FullKV perplexity over the same positions' chunk: {full_ppl:.3f}", "",
-             "| budget | variant | mean KL vs FullKV | p99 KL | top-1 agreement | perplexity |", "|---|---|---|---|---|---|"]
+             "| budget | variant | mean KL vs FullKV | p99 KL | top-1 agreement | perplexity | bytes held (MiB) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['budget']} | {r['variant']} | {r['mean_kl']:.5f} | {r['p99_kl']:.4f} | {r['top1']:.4f} | "
-                     f"{r['perplexity']:.3f} |")
+        lines.append(f"| {r['budget']:.4g}{' (byte point)' if r.get('byte_point') else ''} | {r['variant']} | {r['mean_kl']:.5f} | {r['p99_kl']:.4f} | {r['top1']:.4f} | "
+                     f"{r['perplexity']:.3f} | {r['bytes_held_mib']} |")
     with open(os.path.join(a.out_dir, "fidelity.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
