@@ -1,7 +1,8 @@
 // Randomized invariants of every registered cache and policy (issue 13 item 2): seeded random
 // sequences of prefill chunks, decode steps, multi-token calls after the prompt, end_prompt(),
 // explicit route() and clear(), on random small shapes (GQA groups 1-3, head_dim 16/32) and
-// random options (budget, ω, Ω, S, L, q, bits, prefill route). After every operation:
+// random options (budget, ω, Ω, S, L, q, bits, prefill route; quantizers: group, residual,
+// bits). After every operation:
 //  - n_past is what was fed; every attention output is finite;
 //  - while no token has ever been quantized since the last clear, the outputs equal
 //    attention (in double) over exactly the tokens the cache kept before the call plus the
@@ -106,7 +107,16 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
   p = KvCacheParams{};
   p.policy = row.name;
   KvParamsGiven given;
-  if (row.kind != CacheKind::kFull) {
+  if (row.kind == CacheKind::kQuantized) {  // a quantizer (KIVI): no budget, its groups
+    p.value_group = std::array<int, 3>{8, 16, 32}[rng() % 3];
+    p.local = p.value_group * (1 + int(rng() % 2));
+    p.bits = rng() % 2 ? 2 : 4;
+    given.local = given.bits = true;
+    if (rng() % 2) {
+      p.prefill_route = rng() % 2 ? "chunk" : "end";
+      given.prefill_route = true;
+    }
+  } else if (row.kind != CacheKind::kFull) {
     p.budget_fraction = 0.1 + 0.8 * double(rng() % 1000) / 1000.0;
     p.sink = int(rng() % 4);
     given.sink = true;
@@ -215,6 +225,9 @@ class SequenceCheck {
     // What the cache held before the call (attention reads it, routing comes after).
     const std::vector<std::vector<Tier>> before = tiers_of(*c_);
     ASSERT_TRUE(c_->begin(n).is_ok()) << where();
+    // KIVI quantizes a pending prompt when the first decode step begins (its reference
+    // attends over the quantized prompt from the first decode token on).
+    if (b_.kind == CacheKind::kQuantized && report_of(*c_).total().windows_quant > 0) lossy_ = true;
     c_->set_output_projection(&wo_->proj);
     const int qw = s_.q_width(), kvw = s_.kv_width();
     // The queries whose outputs are compared: the call's last token and one other.
@@ -316,7 +329,7 @@ class SequenceCheck {
       since_ = 0;
     } else if (n == 1) {
       ++since_;
-    } else if (n > 1 && cfg_.p.prefill_route == "chunk") {
+    } else if (n > 1 && cfg_.p.prefill_route == "chunk" && b_.budgeted()) {
       ADD_FAILURE() << "a prefill chunk under --prefill-route chunk did not route, " << where();
     }
     const KvLayerReport tot = rep.total();
@@ -339,6 +352,12 @@ class SequenceCheck {
       }
     }
 
+    if (b_.kind == CacheKind::kQuantized) {
+      // A quantizer keeps every token: its stored bytes stay below the 16-bit cache's.
+      for (const KvLayerReport& lr : rep.layers)
+        ASSERT_LE(lr.bytes_budgeted, size_t(n_past_) * b_.token_bytes) << where();
+      return;
+    }
     // Budgeted bytes.
     if (!pending_) {
       const bool over_layers = row_.name == "pyramidkv" || row_.name == "layer-defensivekv";
