@@ -1,7 +1,7 @@
 // libFuzzer target: the chat-template engine (src/chat: Jinja2-subset lexer, parser and
 // interpreter) on arbitrary templates and messages. A hostile template must give an error, not
-// a crash, a hang or unbounded memory (the engine bounds loops, lists and output; libFuzzer's
-// -timeout and -rss_limit_mb catch what it misses).
+// a crash, a hang or unbounded memory (the engine bounds loops, lists, output and total work,
+// RenderLimits; libFuzzer's -timeout and -rss_limit_mb catch what it misses).
 // Input: the template, then optionally "\0role\0content\0role\0content..." as the messages; with
 // no NUL byte a fixed four-message conversation is used. add_generation_prompt is the parity of
 // the input size.
@@ -51,7 +51,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  auto out = t->render(messages, size % 2 == 1, "<s>", "</s>");
+  // The engine's bounds scaled down 64x: the sanitizer build runs string operations ~50x slower
+  // than Release, and one input must stay far under libFuzzer's 1 s timeout. The code paths
+  // (and the checks at each bound) are the same as with the defaults.
+  qevict::RenderLimits limits;
+  limits.max_output >>= 6;
+  limits.max_list >>= 6;
+  limits.max_range >>= 6;
+  limits.max_iterations >>= 6;
+  limits.max_work >>= 6;
+  auto out = t->render(messages, size % 2 == 1, "<s>", "</s>", limits);
   if (!out && out.error().rfind("chat template: ", 0) != 0) {
     std::fprintf(stderr, "chat_template_fuzz: render error without the prefix: %s\n",
                  out.error().c_str());
