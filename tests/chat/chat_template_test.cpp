@@ -305,7 +305,8 @@ TEST(ChatRender, ErrorsNameTheProblemAndPosition) {
   EXPECT_THAT(render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
                      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
                   .error(),
-              HasSubstr("string concatenation result too large"));
+              testing::AnyOf(HasSubstr("string concatenation result too large"),
+                             HasSubstr("too much work")));  // whichever bound comes first
   EXPECT_THAT(render("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
                      "{% set ns.l = ns.l + ns.l %}{% endfor %}")
                   .error(),
@@ -335,7 +336,9 @@ TEST(ChatRender, ErrorsNameTheProblemAndPosition) {
   EXPECT_THAT(render("{{ ('a' * 60000000).replace('', 'b') }}").error(),
               HasSubstr("replace result too large"));
   EXPECT_EQ(*render("{% set s = 'ab' * 1000000 %}{{ s[-1] }}{{ s[5:9] }}{{ s[::-1][:3] }}"),
-            "bbabab");
+            "b"
+            "baba"
+            "bab");
   EXPECT_THAT(render("{% for c in 'a' * 1000000 %}{% endfor %}").error(),
               HasSubstr("too long to iterate"));
   // Callers may tighten the bounds (the fuzz target does).
