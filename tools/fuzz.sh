@@ -17,6 +17,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 build=${QEVICT_FUZZ_BUILD:-build-fuzz}
 
 t0=$(date +%s)
+# clang and its libFuzzer runtime (Debian 12: clang-14; a no-op when installed).
+tools/apt_install.sh fuzz clang libclang-rt-14-dev
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DQEVICT_FUZZ=ON \
   -DQEVICT_BUILD_TESTS=OFF >/dev/null
