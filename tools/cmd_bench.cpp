@@ -35,9 +35,9 @@ double median(std::vector<double> v) {
 }
 
 int run_bench(const BenchArgs& a) {
-  auto loaded = load_model(a.model);
-  if (!loaded) return fail(loaded.error());
-  Model& model = *loaded->model;
+  // Flags are checked before the model loads: a bad value fails fast.
+  auto kvp = kv_params(a.kv);
+  if (!kvp) return fail(kvp.error());
   std::vector<int64_t> depths;
   {
     std::stringstream ss(a.depths);
@@ -51,6 +51,9 @@ int run_bench(const BenchArgs& a) {
       if (depths.back() <= 0) return fail("depths must be positive");
     }
   }
+  auto loaded = load_model(a.model);
+  if (!loaded) return fail(loaded.error());
+  Model& model = *loaded->model;
   std::vector<int32_t> src;
   if (!a.file.empty()) {
     auto text = read_prompt("", a.file);
@@ -59,8 +62,6 @@ int run_bench(const BenchArgs& a) {
   }
   if (src.empty())
     src = loaded->tokenizer->encode("The quick brown fox jumps over the lazy dog. ", false, false);
-  auto kvp = kv_params(a.kv);
-  if (!kvp) return fail(kvp.error());
   const int threads = resolve_threads(a.model.threads);
   ThreadPool pool(threads);
   const int32_t V = model.config().n_vocab;

@@ -12,6 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "core/atomic_file.h"
 #include "core/npy.h"
 #include "eval/diagnose.h"
 
@@ -79,11 +80,7 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   j["config"]["text"] = a.file;
   const std::string json_path = a.out_dir + "/diagnostics.json";
   const std::string md_path = a.out_dir + "/diagnostics.md";
-  {
-    std::ofstream f(json_path);
-    f << j.dump() << "\n";
-    if (!f) return fail(fmt::format("{}: cannot write", json_path));
-  }
+  if (Status s = write_file_atomic(json_path, j.dump() + "\n"); !s) return fail(s.message());
   const std::string npy_path = a.out_dir + "/fullkv_attention.npy";
   {
     NpyWriter w;
@@ -94,11 +91,7 @@ int run_diagnose_cmd(DiagnoseArgs a) {
     if (!s) return fail(s.message());
   }
   const std::string md = eval::diagnose_markdown(j);
-  {
-    std::ofstream f(md_path);
-    f << md;
-    if (!f) return fail(fmt::format("{}: cannot write", md_path));
-  }
+  if (Status s = write_file_atomic(md_path, md); !s) return fail(s.message());
   std::printf("%s\n", md.c_str());
   std::fprintf(stderr,
                "wrote %s, %s and %s (FullKV attention per step, layer/head-averaged)\nplots: "

@@ -42,12 +42,16 @@ long rss_kib() {
 }
 
 int run_generate(const GenerateArgs& a) {
+  // Flags and the prompt are checked before the model loads: a bad value fails fast.
+  auto text = read_prompt(a.prompt, a.prompt_file);
+  if (!text) return fail(text.error());
+  auto kvp = kv_params(a.kv);
+  if (!kvp) return fail(kvp.error());
+  if (Status s = a.sampling.validate(); !s) return fail(s.message());
   auto loaded = load_model(a.model);
   if (!loaded) return fail(loaded.error());
   Model& model = *loaded->model;
   Tokenizer& tok = *loaded->tokenizer;
-  auto text = read_prompt(a.prompt, a.prompt_file);
-  if (!text) return fail(text.error());
 
   std::string prompt_text = *text;
   bool parse_special = false;
@@ -75,8 +79,6 @@ int run_generate(const GenerateArgs& a) {
     return fail(fmt::format("prompt ({} tokens) + -n {} exceeds the context -c {}",
                             req.prompt.size(), a.n_predict, a.n_ctx));
 
-  auto kvp = kv_params(a.kv);
-  if (!kvp) return fail(kvp.error());
   // The cache holds prompt + generated tokens; a budget fraction is of that full cache (SPEC §3).
   auto cache_or = make_kv_cache(model.kv_shape(), int64_t(req.prompt.size()) + a.n_predict, *kvp);
   if (!cache_or) return fail(cache_or.error());

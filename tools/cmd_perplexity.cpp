@@ -30,11 +30,14 @@ struct PerplexityArgs {
 };
 
 int run_perplexity(const PerplexityArgs& a) {
+  // Flags and the prompt are checked before the model loads: a bad value fails fast.
+  auto text = read_prompt("", a.file);
+  if (!text) return fail(text.error());
+  auto kvp = kv_params(a.kv);
+  if (!kvp) return fail(kvp.error());
   auto loaded = load_model(a.model);
   if (!loaded) return fail(loaded.error());
   Model& model = *loaded->model;
-  auto text = read_prompt("", a.file);
-  if (!text) return fail(text.error());
   std::vector<int32_t> tokens =
       loaded->tokenizer->encode(*text, /*add_special=*/false, /*parse_special=*/false);
   if (a.add_bos && loaded->tokenizer->bos() >= 0)
@@ -44,8 +47,6 @@ int run_perplexity(const PerplexityArgs& a) {
   if (tokens.size() < 2)
     return fail(fmt::format("{}: needs at least 2 tokens, has {}", a.file, tokens.size()));
 
-  auto kvp = kv_params(a.kv);
-  if (!kvp) return fail(kvp.error());
   NpyArray base;
   if (!a.kl_base.empty()) {
     auto b = read_npy(a.kl_base);

@@ -1,7 +1,9 @@
 // qevict: command-line entry. Subcommands: generate, perplexity, tokenize, bench, diagnose,
 // eval, serve.
 #include <cstdio>
+#include <exception>
 #include <map>
+#include <string>
 
 #include "commands.h"
 
@@ -35,13 +37,20 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // Bad flag or value: the error, then the usage of the (sub)command, non-zero exit.
-    std::fprintf(stderr, "error: %s\n\n", e.what());
-    CLI::App* where = &app;
-    for (auto* sub : app.get_subcommands()) where = sub;
-    std::fprintf(stderr, "%s", where->help().c_str());
+    // Bad flag or value: one line saying what is wrong and where the usage is, exit 2 (the
+    // whole usage text would bury the error).
+    std::string where = "qevict";
+    for (auto* sub : app.get_subcommands()) where += " " + sub->get_name();
+    std::fprintf(stderr, "error: %s (see '%s --help')\n", e.what(), where.c_str());
     return e.get_exit_code() ? e.get_exit_code() : 2;
   }
-  for (auto* sub : app.get_subcommands()) return runners[sub]();
+  // The library returns errors as values; an exception escaping a command (a bug, or out of
+  // memory) still ends in one error line and exit 1, not an abort.
+  try {
+    for (auto* sub : app.get_subcommands()) return runners[sub]();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   return 2;
 }

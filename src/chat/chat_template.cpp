@@ -29,7 +29,8 @@ const std::string& ChatTemplate::source() const { return impl_->source; }
 
 Expected<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt, const std::string& bos_token,
-                                           const std::string& eos_token) const {
+                                           const std::string& eos_token,
+                                           const RenderLimits& limits) const {
   using jinja::Value;
   jinja::ValueList msgs;
   msgs.reserve(messages.size());
@@ -47,7 +48,7 @@ Expected<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messa
       {"tools", Value::none()},
       {"documents", Value::none()},
   };
-  auto out = jinja::render_template(impl_->body, globals);
+  auto out = jinja::render_template(impl_->body, globals, limits);
   if (!out) return Status::error(kPrefix + out.error());
   return out;
 }

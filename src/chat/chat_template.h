@@ -6,7 +6,8 @@
 // an unsupported function or method is an error when a render reaches it (as in jinja2).
 // Known differences from jinja2: str case mapping is ASCII-only, `%` string formatting and
 // macros are unsupported, select/reject/map return lists (not generators), and one render is
-// bounded (2^20 loop iterations, 64 MiB of output or of one string, 2^18-element lists).
+// bounded by RenderLimits (render_limits.h: 2^20 loop iterations, 64 MiB of output or of one
+// string, 2^18-element lists, 256 MiB of evaluated values in all).
 #pragma once
 
 #include <memory>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/render_limits.h"
 #include "core/status.h"
 
 namespace qevict {
@@ -32,8 +34,10 @@ class ChatTemplate {
   // `add_generation_prompt`, `bos_token`, `eos_token`, and `tools`/`documents` set to none,
   // exactly as transformers' apply_chat_template without tools. Errors (including the
   // template's own raise_exception("...")) read "chat template: line L, col C: ...".
+  // `limits` bound the work of the render (the defaults suit any real template).
   Expected<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                               const std::string& bos_token, const std::string& eos_token) const;
+                               const std::string& bos_token, const std::string& eos_token,
+                               const RenderLimits& limits = {}) const;
 
   const std::string& source() const;
 

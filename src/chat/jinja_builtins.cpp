@@ -14,9 +14,6 @@ namespace qevict::jinja {
 
 namespace {
 
-constexpr int64_t kMaxRange = 1 << 16;           // elements range() may produce
-constexpr size_t kMaxString = size_t{64} << 20;  // bytes of a joined or replaced string
-
 bool is_py_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -61,19 +58,22 @@ std::string py_title(const std::string& s) {
   return out;
 }
 
+// Stops early once the result passes max_size (the caller reports it).
 std::string py_replace(const std::string& s, const std::string& from, const std::string& to,
-                       int64_t count) {
+                       int64_t count, uint64_t max_size) {
   std::string out;
   int64_t done = 0;
   if (from.empty()) {  // Python inserts `to` before every character and at the end
-    std::vector<std::string> cs = utf8_chars(s);
-    for (size_t i = 0; i <= cs.size(); ++i) {
+    // Walks the characters in place (a vector of them would take ~40x the string's bytes).
+    for (size_t i = 0;;) {
       if (count < 0 || done < count) {
         out += to;
         ++done;
       }
-      if (out.size() > kMaxString) break;
-      if (i < cs.size()) out += cs[i];
+      if (out.size() > max_size || i >= s.size()) break;
+      const size_t n = utf8_char_len(s, i);
+      out.append(s, i, n);
+      i += n;
     }
     return out;
   }
@@ -83,7 +83,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     if (q == std::string::npos) break;
     out.append(s, pos, q - pos);
     out += to;
-    if (out.size() > kMaxString) break;  // the caller reports it
+    if (out.size() > max_size) break;  // the caller reports it
     pos = q + from.size();
     ++done;
   }
@@ -91,8 +91,8 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   return out;
 }
 
-Expected<Value> replaced(std::string s) {
-  if (s.size() > kMaxString) return Status::error("replace result too large");
+Expected<Value> replaced(std::string s, uint64_t max_size) {
+  if (s.size() > max_size) return Status::error("replace result too large");
   return Value::string(std::move(s));
 }
 
@@ -236,15 +236,23 @@ std::string undefined_message(const Value& v) {
                                     : cat("'", v.undefined_name(), "' is undefined");
 }
 
-Expected<ValueList> iterate(const Value& v) {
+Expected<ValueList> iterate(const Value& v, uint64_t max_chars) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return ValueList{};
     case Value::Kind::kList:
       return v.as_list();
     case Value::Kind::kString: {
+      // Count first: a string's characters as values take ~60x its bytes.
+      const std::string& str = v.as_string();
+      uint64_t n = 0;
+      for (size_t i = 0; i < str.size(); i += utf8_char_len(str, i)) ++n;
+      if (n > max_chars)
+        return Status::error(cat("string of ", std::to_string(n),
+                                 " characters is too long to iterate (limit ",
+                                 std::to_string(max_chars), ")"));
       ValueList out;
-      for (std::string& c : utf8_chars(v.as_string())) out.push_back(Value::string(std::move(c)));
+      for (std::string& c : utf8_chars(str)) out.push_back(Value::string(std::move(c)));
       return out;
     }
     case Value::Kind::kDict:
@@ -259,7 +267,8 @@ Expected<ValueList> iterate(const Value& v) {
   }
 }
 
-Expected<Value> call_function(std::string_view name, const CallArgs& a) {
+Expected<Value> call_function(std::string_view name, const CallArgs& a,
+                              const RenderLimits& limits) {
   if (name == "raise_exception") {
     QEVICT_RETURN_IF_ERROR(check_arity(name, a, 1, {}));
     return Status::error(cat("raise_exception: ", a.pos.empty() ? "" : a.pos[0].str()));
@@ -285,7 +294,7 @@ Expected<Value> call_function(std::string_view name, const CallArgs& a) {
     if (step == 0) return Status::error("range() step must not be zero");
     ValueList out;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (static_cast<int64_t>(out.size()) >= kMaxRange) return Status::error("range() too large");
+      if (out.size() >= limits.max_range) return Status::error("range() too large");
       out.push_back(Value::integer(i));
       if ((step > 0 && i > std::numeric_limits<int64_t>::max() - step) ||
           (step < 0 && i < std::numeric_limits<int64_t>::min() - step))
@@ -296,7 +305,8 @@ Expected<Value> call_function(std::string_view name, const CallArgs& a) {
   return Status::error(cat("unsupported function '", name, "'"));
 }
 
-Expected<Value> call_method(const Value& obj, std::string_view m, const CallArgs& a) {
+Expected<Value> call_method(const Value& obj, std::string_view m, const CallArgs& a,
+                            const RenderLimits& limits) {
   const std::string what = cat(m, "()");
   if (obj.is_undefined()) return Status::error(undefined_message(obj));
   if (obj.is_string()) {
@@ -350,7 +360,8 @@ Expected<Value> call_method(const Value& obj, std::string_view m, const CallArgs
       const Value* count = a.get(2, "");
       if (count && !count->is_integral())
         return Status::error("replace() count must be an integer");
-      return replaced(py_replace(s, *from, *to, count ? count->as_int() : -1));
+      return replaced(py_replace(s, *from, *to, count ? count->as_int() : -1, limits.max_output),
+                      limits.max_output);
     }
   }
   if (obj.is_dict() && !obj.as_dict().is_namespace) {
@@ -378,7 +389,8 @@ Expected<Value> call_method(const Value& obj, std::string_view m, const CallArgs
   return Status::error(cat("'", obj.type_name(), "' object has no method '", m, "'"));
 }
 
-Expected<Value> apply_filter(std::string_view f, const Value& v, const CallArgs& a) {
+Expected<Value> apply_filter(std::string_view f, const Value& v, const CallArgs& a,
+                             const RenderLimits& limits) {
   const std::string what = cat("filter '", f, "'");
   if (f == "default" || f == "d") {
     QEVICT_RETURN_IF_ERROR(check_arity(what, a, 2, {"default_value", "boolean"}));
@@ -405,7 +417,7 @@ Expected<Value> apply_filter(std::string_view f, const Value& v, const CallArgs&
   }
   if (f == "first" || f == "last" || f == "list") {
     QEVICT_RETURN_IF_ERROR(check_arity(what, a, 0, {}));
-    auto items = iterate(v);
+    auto items = iterate(v, limits.max_list);
     if (!items) return items.status();
     if (f == "list") return Value::list(std::move(*items));
     if (items->empty()) return Value::undefined(std::string(f));
@@ -414,13 +426,13 @@ Expected<Value> apply_filter(std::string_view f, const Value& v, const CallArgs&
   if (f == "join") {
     QEVICT_RETURN_IF_ERROR(check_arity(what, a, 1, {"d"}));
     const Value* sep = a.get(0, "d");
-    auto items = iterate(v);
+    auto items = iterate(v, limits.max_list);
     if (!items) return items.status();
     std::string out;
     for (size_t i = 0; i < items->size(); ++i) {
       if (i && sep) out += sep->str();
       out += (*items)[i].str();
-      if (out.size() > kMaxString) return Status::error("join result too large");
+      if (out.size() > limits.max_output) return Status::error("join result too large");
     }
     return Value::string(std::move(out));
   }
@@ -429,13 +441,13 @@ Expected<Value> apply_filter(std::string_view f, const Value& v, const CallArgs&
     if (v.is_undefined()) return Value::list({});
     if (!v.is_dict() || v.as_dict().is_namespace)
       return Status::error(cat("filter 'items' needs a mapping, got '", v.type_name(), "'"));
-    return call_method(v, "items", a);
+    return call_method(v, "items", a, limits);
   }
   if (f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr")
     return select_items(f, v, a);
   if (f == "map") {
     if (!v.truthy()) return Value::list({});  // jinja2 checks `if value:` before iterating
-    auto items = iterate(v);
+    auto items = iterate(v, limits.max_list);
     if (!items) return items.status();
     ValueList out;
     if (const Value* attr = a.get(99, "attribute")) {  // map(attribute='x'[, default=...])
@@ -454,7 +466,7 @@ Expected<Value> apply_filter(std::string_view f, const Value& v, const CallArgs&
     rest.pos.assign(a.pos.begin() + 1, a.pos.end());
     rest.kw = a.kw;
     for (const Value& item : *items) {
-      auto r = apply_filter(a.pos[0].as_string(), item, rest);
+      auto r = apply_filter(a.pos[0].as_string(), item, rest, limits);
       if (!r) return r.status();
       out.push_back(std::move(*r));
     }
@@ -485,8 +497,9 @@ Expected<Value> apply_filter(std::string_view f, const Value& v, const CallArgs&
     const Value* count = a.get(2, "count");
     if (count && !count->is_integral() && !count->is_none())
       return Status::error("filter 'replace': count must be an integer");
-    return replaced(
-        py_replace(s, *from, *to, count && count->is_integral() ? count->as_int() : -1));
+    return replaced(py_replace(s, *from, *to, count && count->is_integral() ? count->as_int() : -1,
+                               limits.max_output),
+                    limits.max_output);
   }
   QEVICT_RETURN_IF_ERROR(check_arity(what, a, 0, {}));
   if (f == "upper") return Value::string(ascii_upper(s));

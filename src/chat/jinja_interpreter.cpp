@@ -15,16 +15,18 @@ namespace qevict::jinja {
 
 namespace {
 
-constexpr size_t kMaxOutput = size_t{64} << 20;  // bytes rendered before we give up
-// Bounds on the work one render may do, so that a hostile template in a file cannot hang or
-// exhaust memory: far above what real chat templates need.
-constexpr uint64_t kMaxListLen = 1 << 18;     // elements of list + list, list * n
-constexpr uint64_t kMaxIterations = 1 << 20;  // loop iterations of one render
+constexpr uint64_t kWorkPerElement = 64;  // work charged per list or dict element
 
 #define QEVICT_JINJA_TRY(var, expr)        \
   auto var##_or = (expr);                  \
   if (!var##_or) return var##_or.status(); \
   Value var = std::move(*var##_or)
+
+// "64 MiB" for whole MiB, else the byte count.
+std::string size_text(uint64_t bytes) {
+  if (bytes % (uint64_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string(bytes) + " bytes";
+}
 
 std::string bracketed(const Value& idx) {
   std::string s = "[";  // appended: GCC 12 warns (-Wrestrict) on "lit" + temporary string
@@ -53,7 +55,7 @@ void slice_bounds(int64_t n, const Value* start, const Value* stop, int64_t step
 
 class Interpreter {
  public:
-  explicit Interpreter(const ValueDict& globals) {
+  Interpreter(const ValueDict& globals, const RenderLimits& limits) : limits_(limits) {
     scopes_.emplace_back();
     for (const auto& [k, v] : globals.items) scopes_[0][k] = v;
   }
@@ -79,7 +81,8 @@ class Interpreter {
   }
 
   Status emit(Pos p, const std::string& s) {
-    if (out_.size() + s.size() > kMaxOutput) return err(p, "output exceeds 64 MiB");
+    if (out_.size() + s.size() > limits_.max_output)
+      return err(p, "output exceeds " + size_text(limits_.max_output));
     out_ += s;
     return Status::ok();
   }
@@ -142,7 +145,7 @@ class Interpreter {
   }
 
   Expected<ValueList> iterate_at(const Value& v, Pos p) const {
-    auto items = iterate(v);
+    auto items = iterate(v, limits_.max_list);
     if (!items) return err(p, items.error());
     return items;
   }
@@ -191,8 +194,9 @@ class Interpreter {
     scopes_.emplace_back();
     Status st;
     for (int64_t i = 0; i < n && st; ++i) {
-      if (++iterations_ > kMaxIterations) {
-        st = err(s.pos, "too many loop iterations (more than 1048576)");
+      if (++iterations_ > limits_.max_iterations) {
+        st = err(s.pos, "too many loop iterations (more than " +
+                            std::to_string(limits_.max_iterations) + ")");
         break;
       }
       lv.items[0].second = Value::integer(i + 1);
@@ -219,6 +223,21 @@ class Interpreter {
   // --- expressions -------------------------------------------------------------------------
 
   Expected<Value> eval(const Expr& e) {
+    Expected<Value> v = eval_node(e);
+    if (v) {
+      const Value& x = *v;
+      work_ += x.is_string() ? x.as_string().size()
+               : x.is_list() ? x.as_list().size() * kWorkPerElement
+               : x.is_dict() ? x.as_dict().items.size() * kWorkPerElement
+                             : 1;
+      if (work_ > limits_.max_work)
+        return err(e.pos, "the template does too much work (over " + size_text(limits_.max_work) +
+                              " of values evaluated)");
+    }
+    return v;
+  }
+
+  Expected<Value> eval_node(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.value;
@@ -321,14 +340,15 @@ class Interpreter {
       return v ? *v : Value::undefined(idx.as_string());
     }
     if ((obj.is_list() || obj.is_string()) && idx.is_integral()) {
-      std::vector<std::string> chars;
-      if (obj.is_string()) chars = utf8_chars(obj.as_string());
-      const int64_t n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size() : chars.size());
+      std::vector<uint32_t> off;
+      if (obj.is_string()) off = utf8_offsets(obj.as_string());
+      const int64_t n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size() : off.size() - 1);
       int64_t i = idx.as_int();
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value::undefined(bracketed(idx));
       if (obj.is_list()) return obj.as_list()[static_cast<size_t>(i)];
-      return Value::string(chars[static_cast<size_t>(i)]);
+      const auto k = static_cast<size_t>(i);
+      return Value::string(obj.as_string().substr(off[k], off[k + 1] - off[k]));
     }
     return Value::undefined(bracketed(idx));  // jinja2: a failed lookup is undefined
   }
@@ -349,13 +369,13 @@ class Interpreter {
     if (obj.is_undefined()) return err(e.pos, undefined_message(obj));
     const int64_t step = parts[2].is_none() ? 1 : parts[2].as_int();
     if (step == 0) return err(e.pos, "slice step cannot be zero");
-    std::vector<std::string> chars;
+    std::vector<uint32_t> off;  // character offsets (see utf8_offsets)
     if (obj.is_string()) {
-      chars = utf8_chars(obj.as_string());
+      off = utf8_offsets(obj.as_string());
     } else if (!obj.is_list()) {
       return err(e.pos, cat("'", obj.type_name(), "' object is not subscriptable"));
     }
-    const int64_t n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size() : chars.size());
+    const int64_t n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size() : off.size() - 1);
     int64_t b, end;
     slice_bounds(n, &parts[0], &parts[1], step, &b, &end);
     ValueList items;
@@ -364,7 +384,8 @@ class Interpreter {
       if (obj.is_list()) {
         items.push_back(obj.as_list()[static_cast<size_t>(i)]);
       } else {
-        s += chars[static_cast<size_t>(i)];
+        const auto k = static_cast<size_t>(i);
+        s.append(obj.as_string(), off[k], off[k + 1] - off[k]);
       }
       if (__builtin_add_overflow(i, step, &i)) break;  // a huge step leaves the range
     }
@@ -395,7 +416,7 @@ class Interpreter {
     if (op == "+") {
       if (a.is_string() && b.is_string()) return concat_strings(a.as_string(), b.as_string(), p);
       if (a.is_list() && b.is_list()) {
-        if (a.as_list().size() + b.as_list().size() > kMaxListLen)
+        if (a.as_list().size() + b.as_list().size() > limits_.max_list)
           return err(p, "list concatenation result too large");
         ValueList out = a.as_list();
         out.insert(out.end(), b.as_list().begin(), b.as_list().end());
@@ -409,7 +430,7 @@ class Interpreter {
       const int64_t times = a.is_integral() ? a.as_int() : b.as_int();
       const uint64_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
       const uint64_t n = times > 0 ? static_cast<uint64_t>(times) : 0;
-      const uint64_t limit = seq.is_string() ? kMaxOutput : kMaxListLen;
+      const uint64_t limit = seq.is_string() ? limits_.max_output : limits_.max_list;
       if (unit > 0 && n > limit / unit) return err(p, "repetition result too large");
       if (seq.is_string()) {
         const size_t total = static_cast<size_t>(n * unit);
@@ -429,8 +450,9 @@ class Interpreter {
     return type_error();
   }
 
-  static Expected<Value> concat_strings(const std::string& a, const std::string& b, Pos p) {
-    if (a.size() + b.size() > kMaxOutput) return err(p, "string concatenation result too large");
+  Expected<Value> concat_strings(const std::string& a, const std::string& b, Pos p) const {
+    if (a.size() + b.size() > limits_.max_output)
+      return err(p, "string concatenation result too large");
     return Value::string(a + b);
   }
 
@@ -525,9 +547,10 @@ class Interpreter {
     }
     auto args = eval_args(e, e.kind == Expr::Kind::kCall ? 0 : 1);
     if (!args) return args.status();
-    Expected<Value> r = e.kind == Expr::Kind::kCall     ? call_function(e.name, *args)
-                        : e.kind == Expr::Kind::kMethod ? call_method(subject, e.name, *args)
-                                                        : apply_filter(e.name, subject, *args);
+    Expected<Value> r = e.kind == Expr::Kind::kCall ? call_function(e.name, *args, limits_)
+                        : e.kind == Expr::Kind::kMethod
+                            ? call_method(subject, e.name, *args, limits_)
+                            : apply_filter(e.name, subject, *args, limits_);
     if (!r) return err(e.pos, r.error());
     return r;
   }
@@ -544,14 +567,17 @@ class Interpreter {
   std::vector<Scope> scopes_;
   std::string out_;
   uint64_t iterations_ = 0;
+  uint64_t work_ = 0;  // see RenderLimits::max_work
+  const RenderLimits limits_;
 };
 
 #undef QEVICT_JINJA_TRY
 
 }  // namespace
 
-Expected<std::string> render_template(const Body& body, const ValueDict& globals) {
-  Interpreter interp(globals);
+Expected<std::string> render_template(const Body& body, const ValueDict& globals,
+                                      const RenderLimits& limits) {
+  Interpreter interp(globals, limits);
   return interp.run(body);
 }
 

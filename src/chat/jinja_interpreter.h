@@ -6,12 +6,15 @@
 #include <string>
 
 #include "chat/jinja_ast.h"
+#include "chat/render_limits.h"
 #include "core/status.h"
 
 namespace qevict::jinja {
 
 // Renders `body` with `globals` as the top-level variables. Errors read
 // "line L, col C: what went wrong"; raise_exception(msg) gives "raise_exception: msg".
-Expected<std::string> render_template(const Body& body, const ValueDict& globals);
+// `limits` bound its work (render_limits.h).
+Expected<std::string> render_template(const Body& body, const ValueDict& globals,
+                                      const RenderLimits& limits);
 
 }  // namespace qevict::jinja

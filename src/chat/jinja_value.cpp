@@ -418,4 +418,18 @@ std::vector<std::string> utf8_chars(std::string_view s) {
   return out;
 }
 
+size_t utf8_char_len(std::string_view s, size_t i) {
+  size_t j = i + 1;
+  while (j < s.size() && (static_cast<unsigned char>(s[j]) & 0xc0) == 0x80) ++j;
+  return j - i;
+}
+
+std::vector<uint32_t> utf8_offsets(std::string_view s) {
+  std::vector<uint32_t> off;
+  for (size_t i = 0; i < s.size(); i += utf8_char_len(s, i))
+    off.push_back(static_cast<uint32_t>(i));
+  off.push_back(static_cast<uint32_t>(s.size()));
+  return off;
+}
+
 }  // namespace qevict::jinja

@@ -107,5 +107,10 @@ std::string cat(const Parts&... parts) {
 // UTF-8 helpers: code-point count and a code-point-indexed split, as Python str indexing.
 size_t utf8_length(std::string_view s);
 std::vector<std::string> utf8_chars(std::string_view s);
+// Byte length of the character that starts at s[i] (a lead byte and its continuation bytes).
+size_t utf8_char_len(std::string_view s, size_t i);
+// Byte offset of every character of s, then s.size(): character k is [off[k], off[k + 1]).
+// 4 bytes per character where utf8_chars takes ~40 (strings are at most 64 MiB by default).
+std::vector<uint32_t> utf8_offsets(std::string_view s);
 
 }  // namespace qevict::jinja

@@ -27,39 +27,33 @@ std::string make_header(int64_t rows, int64_t cols) {
 }
 }  // namespace
 
-NpyWriter::~NpyWriter() {
-  if (f_) (void)close();
-}
-
 Status NpyWriter::open(const std::string& path, int64_t n_cols) {
-  f_ = std::fopen(path.c_str(), "wb");
-  if (!f_) return Status::error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+  QEVICT_RETURN_IF_ERROR(file_.open(path));
   path_ = path;
   cols_ = n_cols;
   rows_ = 0;
-  const std::string h = make_header(0, n_cols);
-  if (std::fwrite(h.data(), 1, h.size(), f_) != h.size())
-    return Status::error(fmt::format("{}: write failed", path));
-  return Status::ok();
+  return file_.write(make_header(0, n_cols));
 }
 
 Status NpyWriter::append_rows(const float* data, int64_t n_rows) {
-  if (!f_) return Status::error("npy writer is not open");
+  std::FILE* f = file_.file();
+  if (!f) return Status::error("npy writer is not open");
   const size_t n = size_t(n_rows * cols_);
-  if (std::fwrite(data, sizeof(float), n, f_) != n)
+  if (std::fwrite(data, sizeof(float), n, f) != n)
     return Status::error(fmt::format("{}: write failed (disk full?)", path_));
   rows_ += n_rows;
   return Status::ok();
 }
 
 Status NpyWriter::close() {
-  if (!f_) return Status::ok();
+  std::FILE* f = file_.file();
+  if (!f) return Status::ok();
   const std::string h = make_header(rows_, cols_);
-  bool ok = std::fseek(f_, 0, SEEK_SET) == 0 && std::fwrite(h.data(), 1, h.size(), f_) == h.size();
-  ok = (std::fclose(f_) == 0) && ok;
-  f_ = nullptr;
-  if (!ok) return Status::error(fmt::format("{}: could not finish the file", path_));
-  return Status::ok();
+  if (std::fseek(f, 0, SEEK_SET) != 0 || std::fwrite(h.data(), 1, h.size(), f) != h.size()) {
+    file_.discard();
+    return Status::error(fmt::format("{}: could not finish the file", path_));
+  }
+  return file_.commit();
 }
 
 Expected<NpyArray> read_npy(const std::string& path) {

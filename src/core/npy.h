@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/status.h"
 
 namespace qevict {
@@ -15,19 +16,22 @@ namespace qevict {
 class NpyWriter {
  public:
   NpyWriter() = default;
-  ~NpyWriter();
+  ~NpyWriter() = default;
   NpyWriter(const NpyWriter&) = delete;
   NpyWriter& operator=(const NpyWriter&) = delete;
 
-  // Creates `path` for a float32 array with `n_cols` columns and rows appended later.
+  // Starts a float32 array with `n_cols` columns and rows appended later. The rows go to a
+  // temporary file beside `path` (AtomicFile): `path` appears only at a successful close().
   Status open(const std::string& path, int64_t n_cols);
   Status append_rows(const float* data, int64_t n_rows);
-  // Writes the final shape into the header and closes the file.
+  // Writes the final shape into the header and renames the file into place.
   Status close();
+  // Drops the file (the destructor does this when close() was not called: an error path).
+  void discard() { file_.discard(); }
   int64_t rows() const { return rows_; }
 
  private:
-  std::FILE* f_ = nullptr;
+  AtomicFile file_;
   std::string path_;
   int64_t cols_ = 0;
   int64_t rows_ = 0;

@@ -10,6 +10,8 @@
 #include <random>
 #include <tuple>
 
+#include "core/atomic_file.h"
+
 namespace qevict::eval {
 
 using json = nlohmann::json;
@@ -192,9 +194,7 @@ Expected<std::string> write_eval_summary(const std::string& out_dir) {
   for (const auto& [name, text] :
        {std::pair<std::string, std::string>{"summary.csv", summary_csv(rows)},
         {"summary.md", md}}) {
-    std::ofstream f(out_dir + "/" + name);
-    f << text;
-    if (!f) return Status::error(fmt::format("{}/{}: cannot write", out_dir, name));
+    QEVICT_RETURN_IF_ERROR(write_file_atomic(out_dir + "/" + name, text));
   }
   return md;
 }

@@ -305,7 +305,8 @@ TEST(ChatRender, ErrorsNameTheProblemAndPosition) {
   EXPECT_THAT(render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
                      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
                   .error(),
-              HasSubstr("string concatenation result too large"));
+              testing::AnyOf(HasSubstr("string concatenation result too large"),
+                             HasSubstr("too much work")));  // whichever bound comes first
   EXPECT_THAT(render("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
                      "{% set ns.l = ns.l + ns.l %}{% endfor %}")
                   .error(),
@@ -320,6 +321,33 @@ TEST(ChatRender, ErrorsNameTheProblemAndPosition) {
   // Output is bounded (64 MiB).
   EXPECT_THAT(render("{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}").error(),
               HasSubstr("output exceeds 64 MiB"));
+  // Total work is bounded (RenderLimits::max_work): each of these ran for hours within the
+  // bounds above (found by tests/fuzz/chat_template_fuzz; corpus/chat_template_fuzz/regress_*).
+  EXPECT_THAT(render("{% for i in range(65536) %}{% for j in range(16) %}"
+                     "{% set x = 'a' * 60000000 %}{% endfor %}{% endfor %}")
+                  .error(),
+              HasSubstr("too much work"));
+  EXPECT_THAT(render("{% set s = 'x' * 60000000 %}{% for i in range(65536) %}"
+                     "{% set x = s.replace('a', 'b') %}{% endfor %}")
+                  .error(),
+              HasSubstr("too much work"));
+  // Characters are not materialized as one string each (~40x the bytes) to index, slice,
+  // replace(''), or iterate a large string; iterating one is bounded like a list.
+  EXPECT_THAT(render("{{ ('a' * 4000000).replace('', 'bbbbbbbbbbbbbbbbbbbb') }}").error(),
+              HasSubstr("replace result too large"));
+  EXPECT_EQ(*render("{% set s = 'ab' * 1000000 %}{{ s[-1] }}{{ s[5:9] }}{{ s[::-1][:3] }}"),
+            "b"
+            "baba"
+            "bab");
+  EXPECT_THAT(render("{% for c in 'a' * 1000000 %}{% endfor %}").error(),
+              HasSubstr("too long to iterate"));
+  // Callers may tighten the bounds (the fuzz target does).
+  auto t = ChatTemplate::parse("{% for i in range(100) %}x{% endfor %}");
+  ASSERT_TRUE(t.has_value());
+  RenderLimits small;
+  small.max_iterations = 10;
+  EXPECT_THAT(t->render({}, false, "", "", small).error(),
+              HasSubstr("too many loop iterations (more than 10)"));
 }
 
 TEST(ChatRender, ContentIsNeverInterpreted) {
