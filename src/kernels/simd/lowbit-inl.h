@@ -110,8 +110,8 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
                      float* k, int64_t ldk) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
-  const int d = L.head_dim, W = L.window, bits = L.bits;
-  assert(rope.head_dim() == d && d <= 1024 && W <= rope.limit());
+  const int d = L.head_dim, bits = L.bits;
+  assert(rope.head_dim() == d && d <= 1024 && L.window <= rope.limit());
   const size_t row_bytes = L.row_bytes();
   const uint8_t* ks = win + L.k_scale_off(h);  // any alignment: LoadU/memcpy
   const uint8_t* kz = win + L.k_zero_off(h);
