@@ -46,7 +46,7 @@ phase "sanitizer build done"
 # in the Release pass only: the random-ops and long-run tests cover the same code under ASan.
 QEVICT_RANDOM_SEQUENCES=100 QEVICT_LONG_RUN_POSITIONS=3000 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE e2e -E '^TieredBytesHeld\.
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE e2e -E '^TieredBytesHeld\.'
 
 echo "== fuzzing: each libFuzzer target 5 s under ASan+UBSan (long runs: ROBUSTNESS.md) =="
 bash tools/fuzz.sh 5
