@@ -188,6 +188,10 @@ void Scheduler::account(const Seq& s) {
 void Scheduler::finish(Seq& s, const std::string& reason) {
   s.out->push({ServeEvent::Kind::kDone, -1, reason, ""});
   s.done = true;
+  // Counted now: the server cancels a stream once it has sent it whole, which must not
+  // turn an answered request into a cancelled one.
+  std::lock_guard<std::mutex> lk(mu_);
+  ++metrics_.finished;
 }
 
 void Scheduler::fail(Seq& s, const std::string& error) {
@@ -228,7 +232,6 @@ bool Scheduler::step() {
     for (auto& s : active_)
       if (s->done) {
         account(*s);
-        if (!s->out->cancelled() && !s->failed) ++metrics_.finished;
         metrics_.reserved_bytes -= s->reserved;
       }
     active_.erase(

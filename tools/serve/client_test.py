@@ -181,6 +181,8 @@ try:
         time.sleep(0.1)
     check(m.get("qevict_requests_cancelled_total", 0) >= 1, "a client leaving cancels its request")
     check(m.get("qevict_kv_reserved_bytes") == 0, "its reservation is given back")
+    check(m.get("qevict_requests_finished_total", 0) >= 8,
+          "answered requests, streamed ones included, count as finished")
     check(m.get("qevict_generated_tokens_total", 0) > 50 and
           m.get("qevict_kv_held_max_bytes", 0) <= m.get("qevict_kv_pool_bytes", 0),
           "metrics: tokens counted, bytes held never above the pool")
