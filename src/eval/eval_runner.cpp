@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "engine/generator.h"
 #include "eval/eval_summary.h"
 #include "kvcache/factory.h"
@@ -195,10 +196,15 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
       needs_newline = in.get() != '\n';
     }
   }
-  std::ofstream out(opts.prompts_only ? opts.out_dir + "/prompts.jsonl" : path,
-                    opts.prompts_only ? std::ios::trunc : std::ios::app);
-  if (!out) return Status::error(fmt::format("{}: cannot open for writing", path));
-  if (needs_newline && !opts.prompts_only) out << "\n";
+  // results.jsonl is appended a line at a time (resumable); --prompts-only writes prompts.jsonl
+  // whole at the end through an AtomicFile, so a killed run leaves the previous file or none.
+  std::ofstream out;
+  std::string prompts;
+  if (!opts.prompts_only) {
+    out.open(path, std::ios::app);
+    if (!out) return Status::error(fmt::format("{}: cannot open for writing", path));
+    if (needs_newline) out << "\n";
+  }
 
   EvalProgress pr;
   pr.total =
@@ -246,8 +252,8 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
                  {"max_new_tokens", sample->max_new_tokens},
                  {"expected", sample->expected},
                  {"prompt", *text}};
-          out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-          out.flush();
+          prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
+          prompts += '\n';
           pr.run_done += int64_t(pending.size());
           pr.done += int64_t(pending.size());
           pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
@@ -336,6 +342,7 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
       }
     }
   }
+  if (opts.prompts_only) return write_file_atomic(opts.out_dir + "/prompts.jsonl", prompts);
   return Status::ok();
 }
 

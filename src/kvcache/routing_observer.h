@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "core/atomic_file.h"
 #include "core/status.h"
 #include "kvcache/window_store.h"
 
@@ -43,7 +44,9 @@ class RoutingClock final : public RoutingObserver {
 };
 
 // --kv-trace: one JSON line per routing event and layer with the tier of every window and
-// its score: {"event":E,"n_past":N,"layer":l,"tiers":"LFQE...","scores":[...]}.
+// its score: {"event":E,"n_past":N,"layer":l,"tiers":"LFQE...","scores":[...]}. Lines go to a
+// temporary file beside the destination, renamed over it when the trace is closed (the cache is
+// destroyed), so a killed run never leaves a truncated trace under the given name.
 class RoutingTrace final : public RoutingObserver {
  public:
   static Expected<std::unique_ptr<RoutingTrace>> open(const std::string& path);
@@ -51,8 +54,8 @@ class RoutingTrace final : public RoutingObserver {
   void on_layer_routed(int64_t event, int64_t n_past, int layer, const WindowStore& s) override;
 
  private:
-  explicit RoutingTrace(std::FILE* f) : f_(f) {}
-  std::FILE* f_;
+  RoutingTrace() = default;
+  AtomicFile file_;
 };
 
 }  // namespace qevict

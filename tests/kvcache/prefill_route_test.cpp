@@ -5,7 +5,12 @@
 // end_prompt() hook.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -260,6 +265,43 @@ TEST(PrefillRoute, AgeRankCountsQueriesSinceTheScoresRestarted) {
   c.pos0 = 980;  // younger than the window: its own age
   EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kAge, c, 1000, 968), 3.0 / 20);
   EXPECT_DOUBLE_EQ(QEvictPolicy::rank_score(ScoreMode::kSum, c, 1000, 968), 3.0);
+}
+
+// --kv-trace: the JSONL trace appears under its name only when the cache is destroyed (written
+// through an AtomicFile), with one line per routing event and layer.
+TEST(RoutingTraceFile, AppearsWholeWhenTheCacheIsDestroyed) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("qevict_trace_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "trace.jsonl").string();
+  NeedleDriver d;
+  ThreadPool pool(1);
+  KvCacheParams p = qevict_params("chunk");
+  p.trace_path = path;
+  {
+    auto c = make(d.s, 300, p);
+    ASSERT_NE(c, nullptr);
+    for (int chunk = 0; chunk < 2; ++chunk) d.call(*c, 100, Role::kRandom, pool);
+    for (int t = 0; t < 8; ++t) d.call(*c, 1, Role::kRandom, pool);
+    EXPECT_FALSE(fs::exists(path)) << "the trace must not appear while it is being written";
+    EXPECT_GT(report_of(*c).routing_events, 0);
+  }
+  ASSERT_TRUE(fs::exists(path));
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    EXPECT_EQ(line.rfind("{\"event\":", 0), 0u) << line;
+    EXPECT_NE(line.find("\"tiers\":\""), std::string::npos) << line;
+  }
+  EXPECT_GT(lines, 0);
+  EXPECT_EQ(lines % d.s.n_layers, 0) << "one line per routing event and layer";
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1u) << "no temporary file left beside the trace";
+  fs::remove_all(dir);
 }
 
 }  // namespace
