@@ -4,14 +4,13 @@
 // attends to survives with `end` and is evicted with `chunk`; `chunk` is unchanged by the
 // end_prompt() hook.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvcache/cache_peers.h"
@@ -271,7 +270,8 @@ TEST(PrefillRoute, AgeRankCountsQueriesSinceTheScoresRestarted) {
 // through an AtomicFile), with one line per routing event and layer.
 TEST(RoutingTraceFile, AppearsWholeWhenTheCacheIsDestroyed) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / ("qevict_trace_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("qevict_trace_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string path = (dir / "trace.jsonl").string();
