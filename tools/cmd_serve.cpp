@@ -201,7 +201,8 @@ class Server {
                                                      "top_k",
                                                      "min_p",
                                                      "frequency_penalty",
-                                                     "presence_penalty"};
+                                                     "presence_penalty",
+                                                     "ignore_eos"};
     static const std::set<std::string> known_completion = {"model",
                                                            "prompt",
                                                            "max_tokens",
@@ -219,7 +220,8 @@ class Server {
                                                            "min_p",
                                                            "frequency_penalty",
                                                            "presence_penalty",
-                                                           "echo"};
+                                                           "echo",
+                                                           "ignore_eos"};
     const auto& known = chat ? known_chat : known_completion;
     for (auto it = body.begin(); it != body.end(); ++it)
       if (!known.count(it.key()))
@@ -263,6 +265,13 @@ class Server {
     if (!get_num("presence_penalty", 0.0, 0.0, &pp)) return false;
     if (body.contains("echo") && !(body["echo"].is_boolean() && !body["echo"].get<bool>()))
       return bad("echo", "is not supported (false only)");
+    // llama-server's extension: keep generating through end-of-generation tokens (throughput
+    // benchmarks need a fixed number of tokens per request).
+    bool ignore_eos = false;
+    if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
+      if (!body["ignore_eos"].is_boolean()) return bad("ignore_eos", "must be a boolean");
+      ignore_eos = body["ignore_eos"].get<bool>();
+    }
     if (body.contains("stream")) {
       if (!body["stream"].is_boolean()) return bad("stream", "must be a boolean");
       p->stream = body["stream"].get<bool>();
@@ -294,7 +303,7 @@ class Server {
     sp.min_p = float(min_p);
     sp.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
     p->req.max_tokens = int(max_tokens);
-    p->req.stop_tokens = eog_;
+    if (!ignore_eos) p->req.stop_tokens = eog_;
     // The KV cache: the server's flags, then the request's kv_policy / kv_budget.
     KvOptions kv = a_.kv;
     if (body.contains("kv_policy")) {

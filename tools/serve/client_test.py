@@ -136,6 +136,16 @@ try:
     check(stop.choices[0].finish_reason == "stop" and
           len(stop.choices[0].text) < len(comp.choices[0].text), "stop strings cut the text")
 
+    # ignore_eos (llama-server's extension): exactly max_tokens tokens, end-of-text or not.
+    short = client.chat.completions.create(model="m", messages=msgs, max_tokens=200,
+                                           temperature=0)
+    forced = client.chat.completions.create(model="m", messages=msgs, max_tokens=200,
+                                            temperature=0, extra_body={"ignore_eos": True})
+    check(short.choices[0].finish_reason == "stop" and short.usage.completion_tokens < 200 and
+          forced.usage.completion_tokens == 200 and forced.choices[0].finish_reason == "length",
+          f"ignore_eos generates through the end of text ({short.usage.completion_tokens} vs "
+          f"{forced.usage.completion_tokens} tokens)")
+
     long_prompt = "Remember: the code word is teal. " + "The sky was grey. " * 60 + "The code word is"
     for policy, budget in (("h2o", 0.5), ("streaming", 0.5), ("qevict", 0.6), ("snapkv", 0.5)):
         r = client.completions.create(model="m", prompt=long_prompt, max_tokens=8, temperature=0,
@@ -155,6 +165,7 @@ try:
     bad_request("wrong type", extra_body={"max_tokens": "ten"})
     bad_request("unknown kv_policy", extra_body={"kv_policy": "nope"})
     bad_request("kv_budget out of range", extra_body={"kv_budget": 3})
+    bad_request("ignore_eos not a boolean", extra_body={"ignore_eos": 1})
     bad_request("prompt + max_tokens over the context", extra_body={"max_tokens": 100000})
     status, _, body = raw(port, "/v1/chat/completions", b"{not json")
     check(status == 400 and is_openai_error(body), "malformed JSON: 400 in OpenAI's shape")
