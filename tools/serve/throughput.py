@@ -43,6 +43,9 @@ ap.add_argument("--window", type=float, default=20.0, help="seconds of decode me
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--systems", default="llama-f16,qevict-full,qevict",
                 help="comma-separated: llama-f16, llama-q4_0, qevict-full, qevict")
+ap.add_argument("--cases", default="",
+                help="comma-separated SYSTEM:N pairs to run instead of every system at every "
+                     "stream count (e.g. llama-f16:8,qevict:32)")
 ap.add_argument("--kv-bytes-per-token", type=int, default=0,
                 help="f16 K+V bytes per token, all layers (default: from the GGUF via qevict)")
 ap.add_argument("--haystack", default="/usr/share/doc/jargon-text/jargon.txt.gz")
@@ -104,11 +107,11 @@ def kv_bytes_per_token():
 
 
 def prompts(n):
-    """n different texts of about --prompt-tokens tokens (4 characters a token, then cut by
-    the real tokenizer through `qevict tokenize`)."""
+    """n different texts of --prompt-tokens tokens (at most, within 32), cut by the model's
+    tokenizer through `qevict tokenize`."""
     text = gzip.open(args.haystack, "rt", errors="replace").read()
     text = re.sub(r"\s+", " ", text)
-    chars = args.prompt_tokens * 5
+    chars = args.prompt_tokens * 10  # more than enough text, then trimmed
 
     def count(s):
         ids = subprocess.run([args.qevict, "tokenize", "-m", args.model, "-p", s, "--ids"],
@@ -118,13 +121,17 @@ def prompts(n):
     out = []
     for i in range(n):
         start = (i * 7919 * 13) % max(1, len(text) - chars - 1)
-        s = f"Document {i}: " + text[start:start + chars]
-        for _ in range(8):  # trim by the measured characters per token until it fits
-            n_ids = count(s)
-            if args.prompt_tokens - 32 <= n_ids <= args.prompt_tokens:
-                break
-            s = s[:int(len(s) * (args.prompt_tokens - 16) / n_ids)]
-        else:
+        base = f"Document {i}: " + text[start:start + chars]
+        lo, hi = 0, len(base)  # bisect the cut: the longest prefix within the token count
+        while hi - lo > 16:
+            mid = (lo + hi) // 2
+            if count(base[:mid]) <= args.prompt_tokens:
+                lo = mid
+            else:
+                hi = mid
+        s = base[:lo]
+        n_ids = count(s)
+        if not args.prompt_tokens - 32 <= n_ids <= args.prompt_tokens:
             raise RuntimeError(f"prompt {i}: {n_ids} tokens, not ~{args.prompt_tokens}")
         out.append(s)
     return out
@@ -210,7 +217,12 @@ class Server:
                 del self.err[:100]
 
     def processing(self):
-        st, body = get(self.port, "/metrics")
+        # llama-server answers /metrics from its main loop, which a long prefill batch holds
+        # for seconds: a late answer is no answer (polled again).
+        try:
+            st, body = get(self.port, "/metrics")
+        except OSError:
+            return None
         return metric(body, self.gauge) if st == 200 else None
 
     def stop(self):
@@ -310,11 +322,14 @@ def main():
     slots_f16 = pool // (per_tok * args.ctx)
     log(f"f16 KV {per_tok} B/token; {args.ctx}-token sessions: {slots_f16} fit "
         f"{args.pool_mib} MiB in f16")
-    texts = prompts(max(streams))
+    if args.cases:
+        cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
+    else:  # alternating servers within each stream count
+        cases = [(system, n) for n in streams for system in args.systems.split(",")]
+    texts = prompts(max(n for _, n in cases))
     results = []
-    for n in streams:  # alternating servers within each stream count
-        for system in args.systems.split(","):
-            results.append(run_case(system, n, texts, slots_f16))
+    for system, n in cases:
+        results.append(run_case(system, n, texts, slots_f16))
     out = {"model": os.path.basename(args.model), "pool_mib": args.pool_mib, "ctx": args.ctx,
            "prompt_tokens": args.prompt_tokens, "budget": args.budget,
            "kv_bytes_per_token_f16": per_tok, "threads": args.threads, "window_s": args.window,
