@@ -101,14 +101,16 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
       ->check(CLI::NonNegativeNumber);
   o.q = app.add_option("--kv-q", p.q,
                        "share of the history budget for the low-bit tier (0: two tiers F+E; "
-                       "streaming default 0)")
+                       "streaming default 0; zipcache: the share of tokens at low bits, 0.4)")
             ->capture_default_str();
   if (cache)
     o.window = app.add_option("--kv-window", p.window, "tokens per window (ω; streaming default 1)")
                    ->capture_default_str();
-  o.route_every = app.add_option("--kv-route-every", p.route_every,
-                                 "decode steps between routing events (Ω; streaming/h2o default 1)")
-                      ->capture_default_str();
+  o.route_every =
+      app.add_option("--kv-route-every", p.route_every,
+                     "decode steps between routing events (Ω; streaming/h2o default 1; zipcache: "
+                     "tokens between requantizations, default 100)")
+          ->capture_default_str();
   o.sink = app.add_option("--kv-sink", p.sink,
                           "sink tokens kept in full precision (streaming default 4, h2o 0)")
                ->capture_default_str();
@@ -117,7 +119,10 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
                    "newest tokens kept in full precision (h2o default: half the budget; kivi: the "
                    "f16 residual R, default 128)")
                 ->capture_default_str();
-  o.bits = app.add_option("--kv-bits", p.bits, "low-bit tier: 2 or 4 bits")->capture_default_str();
+  o.bits = app.add_option(
+                  "--kv-bits", p.bits,
+                  "low-bit tier: 2 or 4 bits (zipcache: the unimportant tokens'; the rest get 4)")
+               ->capture_default_str();
   app.add_option("--kv-group", p.value_group,
                  "value quantization group (0: head_dim; kivi: G, default 32)")
       ->capture_default_str();

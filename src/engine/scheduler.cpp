@@ -55,6 +55,13 @@ Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int
   }
   auto b = compute_budget(row->kind, shape, n_ctx, p);
   if (!b) return b.status();
+  if (row->kind == CacheKind::kQuantized) {
+    // A quantizer has no budget: bounded by every token in f16 (what it holds before its rule
+    // quantizes them) plus its one-layer dequantization scratch, also f16.
+    const size_t f16 = size_t(n_ctx) * token;
+    const size_t peak = f16 + f16 / size_t(shape.n_layers);
+    return peak + peak / 20 + kCacheConstantBytes;
+  }
   size_t peak = b->total * size_t(shape.n_layers) + size_t(prefill_chunk) * token;
   if (p.prefill_route == "end") peak = std::max(peak, size_t(prompt_len) * token);
   return peak + peak / 20 + kCacheConstantBytes;

@@ -6,11 +6,13 @@
 // The pool: a request is admitted only when its reservation fits in what the pool has left;
 // otherwise it waits in a bounded queue (submit() refuses, HTTP 429, when that is full). A
 // reservation is the most the request's cache can hold (reservation_bytes): a FullKV cache
-// its whole context in 16 bits; a budgeted cache its budget plus one prefill chunk, or the
-// whole prompt when it keeps every prompt token until the prompt ends (--prefill-route end),
-// plus a stated per-cache constant. A finished, failed or cancelled request gives its
-// reservation back at the next step. So long and short conversations, FullKV and budgeted,
-// share one pool by what each can really hold, and the bytes held never exceed the pool.
+// its whole context in 16 bits; a quantizer (kivi, zipcache: no budget, every token in f16
+// until its rule runs) the same plus its one-layer scratch; a budgeted cache its budget plus
+// one prefill chunk, or the whole prompt when it keeps every prompt token until the prompt
+// ends (--prefill-route end); each plus a stated per-cache constant. A finished, failed or
+// cancelled request gives its reservation back at the next step. So long and short
+// conversations, FullKV, quantized and budgeted, share one pool by what each can really
+// hold, and the bytes held never exceed the pool.
 #pragma once
 
 #include <atomic>

@@ -8,6 +8,7 @@
 #include "kvcache/registry.h"
 #include "kvcache/routing_observer.h"
 #include "kvcache/tiered_cache.h"
+#include "kvcache/zipcache_cache.h"
 
 namespace qevict {
 
@@ -26,6 +27,17 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
       return std::unique_ptr<SequenceKvCache>(
           new HeadKvCache(shape, n_ctx, p, *budget, row->make_policy(p)));
     case CacheKind::kQuantized: {
+      if (p.policy == "zipcache") {
+        ZipCacheConfig c;
+        c.lo_bits = p.bits;
+        c.unimportant_ratio = p.q;
+        c.gap = p.route_every;
+        QEVICT_RETURN_IF_ERROR(c.validate());
+        if (p.dtype != HalfType::kF16)
+          return Status::error("zipcache keeps its buffer and parameters in f16, as the reference");
+        if (!p.trace_path.empty()) return Status::error("--kv-trace does not apply to zipcache");
+        return std::unique_ptr<SequenceKvCache>(new ZipKvCache(shape, n_ctx, p, c));
+      }
       const KiviConfig c{p.bits, p.value_group, p.local};
       QEVICT_RETURN_IF_ERROR(c.validate(shape.head_dim));
       if (p.dtype != HalfType::kF16)

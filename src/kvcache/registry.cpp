@@ -223,6 +223,34 @@ std::deque<PolicyInfo> built_ins() {
     };
     rows.push_back(std::move(r));
   }
+  {
+    PolicyInfo r;
+    r.name = "zipcache";
+    r.summary =
+        "ZipCache: every token kept, the 40 % least salient per KV head (normalized attention "
+        "of probe queries) at 2 bits (--kv-bits), the rest at 4; requantized every 100 tokens";
+    r.source =
+        "He et al., NeurIPS 2024 (arXiv 2405.14256); ThisisBillhe/ZipCache "
+        "zipcache/models/modeling_llama.py:L775-813, CompressUtils/compress_function.py:"
+        "L232-259,L645-686; defaults zipcache_generation_demo.py:L8-18 (4/2 bits, ratio 0.4, "
+        "streaming_gap 100)";
+    r.kind = CacheKind::kQuantized;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      if (given.window || given.sink || given.local)
+        return Status::error(
+            "--kv-window, --kv-sink and --kv-local do not apply to zipcache (every token kept; "
+            "--kv-q is the unimportant ratio, --kv-route-every the requantization gap)");
+      // --kv-q: the share of tokens at the low bit width; --kv-route-every: streaming_gap.
+      if (!given.q) p->q = 0.4;
+      if (!given.route_every) p->route_every = 100;
+      if (!given.prefill_route) p->prefill_route = "end";
+      p->sink = 0;
+      p->local = 0;
+      p->window = 1;
+      return Status::ok();
+    };
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 

@@ -8,8 +8,8 @@ score. FullKV's logits are saved once (--logits-out); every variant is compared 
 agreement. Variants (--variants): qevict (F + Q + E, q = 0.70), the two-tier cache with the
 same windows (--kv-q 0, F + E), StreamingLLM (sink + recent) and H2O (heavy hitters + recent,
 per head), each with its authors' defaults, at every budget (equal bytes per layer). The
-quantizers (kivi-2, kivi-4) keep every token and cannot meet a budget: each runs once, at the
-byte point its settings give (its stored bytes / FullKV's f16 bytes, from --kv-stats).
+quantizers (kivi-2, kivi-4, zipcache) keep every token and cannot meet a budget: each runs
+once, at the byte point its settings give (its stored bytes / FullKV's f16 bytes, from --kv-stats).
 
     python=$(tools/venv.sh)
     $python tools/bench/fidelity_vs_budget.py --qevict build/tools/qevict --model "$(tools/fetch_model.sh)" \
@@ -39,23 +39,43 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--qevict", default=os.path.join(ROOT, "build/tools/qevict"))
     ap.add_argument("--model", required=True)
-    ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"))
+    ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"),
+                    help="a text file, or a .gz (e.g. /usr/share/doc/jargon-text/jargon.txt.gz, "
+                         "the eval's haystack) read from --text-start on")
+    ap.add_argument("--text-start", default="Chapter 1. Hacker Slang",
+                    help="for a .gz text: start at the first occurrence of this")
     ap.add_argument("--prefill", type=int, default=1024)
     ap.add_argument("--forced", type=int, default=1024)
     ap.add_argument("--budgets", default="0.5,0.2,0.1,0.05")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--extra", default="", help="extra qevict flags for every variant run")
-    ap.add_argument("--variants", default="qevict,two-tier,streaming,h2o")
+    ap.add_argument("--variants", default="qevict,two-tier,streaming,h2o",
+                    help="comma-separated, or 'all': every policy of the registry")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "results/fidelity"))
     a = ap.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
+    if a.text.endswith(".gz"):
+        import gzip
+        body = gzip.open(a.text, "rt", errors="replace").read()
+        at = body.find(a.text_start) if a.text_start else 0
+        text_file = os.path.join(a.out_dir, "text.txt")
+        with open(text_file, "w") as f:
+            f.write(body[max(at, 0):max(at, 0) + 200000])
+        a.text = text_file
     n = a.prefill + a.forced
     base_cmd = [a.qevict, "perplexity", "-m", a.model, "-f", a.text, "--max-tokens", str(n), "-c", str(n),
                 "--prefill", str(a.prefill), "-t", str(a.threads)]
     full_npy = os.path.join(a.out_dir, "fullkv_logits.npy")
     out, _ = run(base_cmd + ["--logits-out", full_npy])
     full_ppl = float(re.search(r"perplexity: ([0-9.]+)", out).group(1))
+    # Resumable: rows of an earlier run into the same --out-dir (same text and lengths) are kept.
+    json_path = os.path.join(a.out_dir, "fidelity.json")
     rows = []
+    if os.path.exists(json_path):
+        old = json.load(open(json_path))
+        if (old.get("prefill"), old.get("forced")) == (a.prefill, a.forced) and \
+                abs(old.get("fullkv_perplexity", 0) - full_ppl) < 1e-6:
+            rows = old["rows"]
     known = {"qevict": ("qevict", ["--kv-policy", "qevict"]),
              "two-tier": ("two-tier (q=0)", ["--kv-policy", "qevict", "--kv-q", "0"]),
              "streaming": ("streaming", ["--kv-policy", "streaming"]),
@@ -63,13 +83,30 @@ def main():
              # Quantizers keep every token: one run each at the byte point their settings give
              # (issue 10), placed at that point (stored bytes / FullKV's f16 bytes).
              "kivi-2": ("kivi-2", ["--kv-policy", "kivi", "--kv-bits", "2"]),
-             "kivi-4": ("kivi-4", ["--kv-policy", "kivi", "--kv-bits", "4"])}
-    quantizers = {"kivi-2", "kivi-4"}
+             "kivi-4": ("kivi-4", ["--kv-policy", "kivi", "--kv-bits", "4"]),
+             "zipcache": ("zipcache 4/2", ["--kv-policy", "zipcache"])}
+    for pol in ("snapkv", "pyramidkv", "adakv", "criticalkv", "criticaladakv", "defensivekv",
+                "layer-defensivekv"):
+        known[pol] = (pol, ["--kv-policy", pol])
+    if a.variants == "all":
+        a.variants = ",".join(known)
+    quantizers = {"kivi-2", "kivi-4", "zipcache 4/2"}
     variants = [known[v] for v in a.variants.split(",")]
     runs = [(float(b), name, flags) for b in a.budgets.split(",") for name, flags in variants
             if name not in quantizers]
     runs += [(None, name, flags) for name, flags in variants if name in quantizers]
+    def save():
+        result = {"text": os.path.relpath(a.text, ROOT), "prefill": a.prefill, "forced": a.forced,
+                  "fullkv_perplexity": full_ppl, "command": " ".join(sys.argv), "rows": rows}
+        with open(json_path + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(json_path + ".tmp", json_path)
+
+    done = {(r["variant"], r["budget"]) for r in rows if not r.get("byte_point")}
+    done |= {(r["variant"], None) for r in rows if r.get("byte_point")}
     for b, name, flags in runs:
+        if (name, b) in done:
+            continue
         budget_flags = [] if b is None else ["--kv-budget", str(b)]
         out, err = run(base_cmd + flags + budget_flags + ["--kl-base", full_npy, "--kv-stats"] +
                        (a.extra.split() if a.extra else []))
@@ -87,10 +124,8 @@ def main():
                      "kv_stats_total": tot[0] if tot else ""})
         print(f"{name:16s} budget {b:5.2f}: KL {rows[-1]['mean_kl']:.5f} top-1 {rows[-1]['top1']:.4f} "
               f"ppl {ppl:.3f}", file=sys.stderr, flush=True)
-    result = {"text": os.path.relpath(a.text, ROOT), "prefill": a.prefill, "forced": a.forced,
-              "fullkv_perplexity": full_ppl, "command": " ".join(sys.argv), "rows": rows}
-    with open(os.path.join(a.out_dir, "fidelity.json"), "w") as f:
-        json.dump(result, f, indent=1)
+        save()
+    save()
     lines = [f"FullKV perplexity over the same positions' chunk: {full_ppl:.3f}", "",
              "| budget | variant | mean KL vs FullKV | p99 KL | top-1 agreement | perplexity | bytes held (MiB) |",
              "|---|---|---|---|---|---|---|"]
@@ -114,7 +149,7 @@ def main():
             x.set_xlabel("KV budget (fraction of the full cache)")
             x.set_title(t)
             x.grid(True, alpha=0.3)
-            x.legend()
+            x.legend(fontsize=7)
         ax[0].set_yscale("log")
         fig.suptitle(f"SmolLM2-135M, {a.prefill}-token prompt + {a.forced} teacher-forced tokens")
         fig.tight_layout()

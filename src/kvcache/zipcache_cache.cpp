@@ -1,0 +1,348 @@
+// The ZipCache cache (see zipcache_cache.h): storage, probes, the rule at the prompt's end and
+// every `gap` decode tokens, and attention over a dequantized scratch (reference path).
+#include "kvcache/zipcache_cache.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/f16.h"
+#include "kernels/ops.h"
+
+namespace qevict {
+
+ZipKvCache::ZipKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
+                       const ZipCacheConfig& c)
+    : shape_(shape),
+      n_ctx_(n_ctx),
+      c_(c),
+      route_chunk_(p.prefill_route == "chunk"),
+      layers_(size_t(shape.n_layers)) {
+  for (Layer& L : layers_) {
+    L.imp.resize(size_t(shape.n_kv_heads));
+    L.unimp.resize(size_t(shape.n_kv_heads));
+  }
+}
+
+Status ZipKvCache::begin(int64_t n_new) {
+  QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
+  // A decode step with the prompt still pending (no end_prompt()): the prompt's rule first.
+  if (n_new == 1 && prompt_pending_) QEVICT_RETURN_IF_ERROR(end_prompt());
+  n_new_ = n_new;
+  return Status::ok();
+}
+
+void ZipKvCache::dequantize_layer(const Layer& L, int64_t n) {
+  const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
+  const size_t need = size_t(hkv) * n * d;
+  if (k_scr_.size() < need) {
+    // Grows in steps of 64 tokens: bounded slack, no reallocation per decode step.
+    const size_t cap = need + size_t(64) * kvw;
+    if (k_scr_.capacity() < need) {
+      k_scr_.reserve(cap);
+      v_scr_.reserve(cap);
+    }
+    k_scr_.resize(need);
+    v_scr_.resize(need);
+  }
+  auto row = [&](std::vector<uint16_t>& s, int h, int64_t t) {
+    return s.data() + (size_t(h) * n + size_t(t)) * d;
+  };
+  for (int set = 0; set < 2; ++set) {
+    const auto& lists = set == 0 ? L.imp : L.unimp;
+    const ZipSet& ks = set == 0 ? L.k_imp : L.k_unimp;
+    const ZipSet& vs = set == 0 ? L.v_imp : L.v_unimp;
+    for (int h = 0; h < hkv; ++h) {
+      const auto& ids = lists[size_t(h)];
+      for (int64_t j = 0; j < int64_t(ids.size()); ++j) {
+        uint16_t* kd = row(k_scr_, h, ids[size_t(j)]);
+        uint16_t* vd = row(v_scr_, h, ids[size_t(j)]);
+        for (int ch = 0; ch < d; ++ch) {
+          kd[ch] = f32_to_f16(zip_dequant_key(ks, j, h * d + ch));
+          vd[ch] = f32_to_f16(zip_dequant_value(vs, j, h * d + ch));
+        }
+      }
+    }
+  }
+  for (int64_t t = L.nq; t < n; ++t)
+    for (int h = 0; h < hkv; ++h) {
+      std::memcpy(row(k_scr_, h, t), L.k_buf.data() + size_t(t - L.nq) * kvw + size_t(h) * d,
+                  size_t(d) * 2);
+      std::memcpy(row(v_scr_, h, t), L.v_buf.data() + size_t(t - L.nq) * kvw + size_t(h) * d,
+                  size_t(d) * 2);
+    }
+}
+
+void ZipKvCache::add_probe(const float* q, int64_t pos, int64_t n, int64_t t0, float* sal) {
+  const int hkv = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
+  const int64_t len = pos + 1;  // causal: keys [0, pos]
+  logits_.resize(size_t(g) * len);
+  for (int h = 0; h < hkv; ++h) {
+    qk_scores(dtype_, q + size_t(h) * g * d, d, g, k_scr_.data() + size_t(h) * n * d, d, len, d,
+              1.0f / std::sqrt(float(d)), logits_.data(), len);
+    for (int i = 0; i < g; ++i) {
+      float* p = logits_.data() + size_t(i) * len;
+      softmax_inplace(p, len);
+      for (int64_t t = std::max<int64_t>(t0, 0); t < len; ++t)
+        sal[size_t(t - t0) * hkv + size_t(h)] += p[t];
+    }
+  }
+}
+
+void ZipKvCache::advance_ring(int layer, Layer& L, int64_t n) {
+  const int qw = shape_.q_width();
+  const int64_t thr = L.nq + c_.recent_probe_start(n - L.nq);
+  int64_t dropped = 0;
+  std::vector<float> qrow(static_cast<size_t>(qw));
+  for (; L.ring_pos0 + dropped < thr; ++dropped) {
+    const int64_t pos = L.ring_pos0 + dropped;
+    if (!c_.is_random_probe(layer, pos - L.nq)) continue;
+    half_to_f32(dtype_, L.ring.data() + size_t(dropped) * qw, qrow.data(), qw);
+    add_probe(qrow.data(), pos, n, L.nq, L.saliency.data());
+  }
+  if (dropped == 0) return;
+  L.ring.erase(L.ring.begin(), L.ring.begin() + dropped * qw);
+  L.ring_pos0 += dropped;
+}
+
+void ZipKvCache::requantize(Layer& L, int64_t n, const std::vector<float>& sal) {
+  const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
+  const int32_t m = int32_t(n - L.nq);
+  const int32_t k = int32_t(c_.unimportant_count(m));
+  std::vector<float> score(static_cast<size_t>(m));
+  std::vector<uint8_t> is_unimp(static_cast<size_t>(m));
+  for (int h = 0; h < hkv; ++h) {
+    for (int32_t i = 0; i < m; ++i) score[size_t(i)] = sal[size_t(i) * hkv + size_t(h)];
+    std::fill(is_unimp.begin(), is_unimp.end(), 0);
+    for (int32_t i : zip_bottom_k(score.data(), m, k)) {
+      L.unimp[size_t(h)].push_back(int32_t(L.nq) + i);
+      is_unimp[size_t(i)] = 1;
+    }
+    for (int32_t i = 0; i < m; ++i)
+      if (!is_unimp[size_t(i)]) L.imp[size_t(h)].push_back(int32_t(L.nq) + i);
+  }
+  // Every token again from the scratch (the quantized ones dequantized: the reference
+  // decompresses and compresses the whole cache).
+  for (int set = 0; set < 2; ++set) {
+    const auto& lists = set == 0 ? L.imp : L.unimp;
+    const int bits = set == 0 ? c_.hi_bits : c_.lo_bits;
+    const int64_t rows = int64_t(lists[0].size());
+    for (int kv = 0; kv < 2; ++kv) {
+      const std::vector<uint16_t>& scr = kv == 0 ? k_scr_ : v_scr_;
+      rows_.resize(size_t(rows) * kvw);
+      for (int h = 0; h < hkv; ++h)
+        for (int64_t j = 0; j < rows; ++j)
+          half_to_f32(dtype_,
+                      scr.data() + (size_t(h) * n + size_t(lists[size_t(h)][size_t(j)])) * d,
+                      rows_.data() + size_t(j) * kvw + size_t(h) * d, d);
+      ZipSet s = kv == 0 ? zip_quantize_keys(rows_.data(), rows, kvw, bits)
+                         : zip_quantize_values(rows_.data(), rows, kvw, bits);
+      (kv == 0 ? (set == 0 ? L.k_imp : L.k_unimp) : (set == 0 ? L.v_imp : L.v_unimp)) =
+          std::move(s);
+    }
+  }
+  L.nq = n;
+  L.k_buf.clear();
+  L.v_buf.clear();
+  ++requantizations_;
+}
+
+void ZipKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
+                        ThreadPool& pool) {
+  Layer& L = layers_[size_t(layer)];
+  const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
+  const int qw = shape_.q_width();
+  const int64_t n = n_past_ + n_new_;
+  for (auto [buf, src] : {std::pair{&L.k_buf, k}, std::pair{&L.v_buf, v}}) {
+    const size_t off = buf->size();
+    const size_t need = off + size_t(n_new_) * kvw;
+    // Decode never buffers more than gap tokens: reserve that once.
+    if (buf->capacity() < need) buf->reserve(std::max(need, size_t(c_.gap + 1) * kvw));
+    buf->resize(need);
+    f32_to_half(dtype_, src, buf->data() + off, n_new_ * kvw);
+  }
+  dequantize_layer(L, n);
+  blocks_.resize(size_t(hkv));
+  head_off_.resize(size_t(hkv) + 1);
+  for (int h = 0; h < hkv; ++h) {
+    KvBlockRef& r = blocks_[size_t(h)];
+    r.pos0 = 0;
+    r.n = int32_t(n);
+    r.k = k_scr_.data() + size_t(h) * n * d;
+    r.v = v_scr_.data() + size_t(h) * n * d;
+    r.ld = d;
+    head_off_[size_t(h)] = h;
+  }
+  head_off_[size_t(hkv)] = hkv;
+  const FusedAttnParams fp = FusedAttnParams::make(dtype_, shape_.group(), d);
+  attend_blocks(fp, hkv, q, qw, n_new_, n_past_, blocks_.data(), head_off_.data(), out, nullptr,
+                MassLayout::kPerHeadBlock, attn_, pool);
+
+  if (n_new_ > 1) {  // a prompt call: keep the queries that can still be probes
+    if (L.ring.empty() && L.saliency.empty()) L.ring_pos0 = n_past_;
+    const size_t off = L.ring.size();
+    L.ring.resize(off + size_t(n_new_) * qw);
+    f32_to_half(dtype_, q, L.ring.data() + off, n_new_ * qw);
+    L.saliency.resize(size_t(n - L.nq) * hkv, 0.0f);
+    advance_ring(layer, L, n);
+    return;
+  }
+  // Decode: every `gap` buffered tokens, the current query marks the least salient of them.
+  if (n - L.nq < c_.gap) return;
+  std::vector<float> sal(size_t(n - L.nq) * hkv, 0.0f);
+  add_probe(q + size_t(n_new_ - 1) * qw, n - 1, n, L.nq, sal.data());
+  requantize(L, n, sal);
+}
+
+Status ZipKvCache::commit() {
+  if (n_new_ > 1) {
+    attn_.trim();
+    prompt_pending_ = true;
+  }
+  n_past_ += n_new_;
+  n_new_ = 0;
+  peak_ = std::max(peak_, bytes_held());
+  // --prefill-route chunk: every prompt chunk gets the prompt's rule at once (its own probes).
+  if (route_chunk_ && prompt_pending_) return end_prompt();
+  return Status::ok();
+}
+
+Status ZipKvCache::end_prompt() {
+  if (!prompt_pending_) return Status::ok();
+  const int hkv = shape_.n_kv_heads, qw = shape_.q_width();
+  const int64_t n = n_past_;
+  std::vector<float> qrow(static_cast<size_t>(qw));
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    Layer& L = layers_[size_t(l)];
+    dequantize_layer(L, n);
+    L.saliency.resize(size_t(n - L.nq) * hkv, 0.0f);
+    advance_ring(l, L, n);  // the random probes before the last 5 %
+    const int64_t rows = int64_t(L.ring.size()) / qw;
+    for (int64_t i = 0; i < rows; ++i) {  // the last 5 %
+      half_to_f32(dtype_, L.ring.data() + size_t(i) * qw, qrow.data(), qw);
+      add_probe(qrow.data(), L.ring_pos0 + i, n, L.nq, L.saliency.data());
+    }
+    // Normalized by the queries that can see each token: n − t.
+    for (int64_t t = L.nq; t < n; ++t)
+      for (int h = 0; h < hkv; ++h) L.saliency[size_t(t - L.nq) * hkv + size_t(h)] /= float(n - t);
+    requantize(L, n, L.saliency);
+    std::vector<uint16_t>().swap(L.ring);
+    std::vector<float>().swap(L.saliency);
+    L.ring_pos0 = 0;
+    L.k_buf.shrink_to_fit();  // the prompt's f16 copy is gone
+    L.v_buf.shrink_to_fit();
+  }
+  prompt_pending_ = false;
+  return Status::ok();
+}
+
+void ZipKvCache::clear() {
+  for (Layer& L : layers_) {
+    L = Layer();
+    L.imp.resize(size_t(shape_.n_kv_heads));
+    L.unimp.resize(size_t(shape_.n_kv_heads));
+  }
+  n_past_ = n_new_ = 0;
+  prompt_pending_ = false;
+}
+
+size_t ZipKvCache::layer_bytes(int l) const {
+  const Layer& L = layers_[size_t(l)];
+  size_t b = L.k_imp.bytes() + L.k_unimp.bytes() + L.v_imp.bytes() + L.v_unimp.bytes() +
+             (L.k_buf.size() + L.v_buf.size()) * 2;
+  for (int h = 0; h < shape_.n_kv_heads; ++h)
+    b += (L.imp[size_t(h)].size() + L.unimp[size_t(h)].size()) * sizeof(int32_t);
+  return b;
+}
+
+size_t ZipKvCache::bytes_held() const {
+  auto set_cap = [](const ZipSet& s) {
+    return s.codes.capacity() + (s.col_a.capacity() + s.col_b.capacity() + s.row_min.capacity() +
+                                 s.row_step.capacity()) *
+                                    2;
+  };
+  size_t b = 0;
+  for (const Layer& L : layers_) {
+    b += set_cap(L.k_imp) + set_cap(L.k_unimp) + set_cap(L.v_imp) + set_cap(L.v_unimp);
+    b += (L.k_buf.capacity() + L.v_buf.capacity() + L.ring.capacity()) * 2 +
+         L.saliency.capacity() * 4;
+    for (int h = 0; h < shape_.n_kv_heads; ++h)
+      b += (L.imp[size_t(h)].capacity() + L.unimp[size_t(h)].capacity()) * sizeof(int32_t);
+  }
+  return b + (k_scr_.capacity() + v_scr_.capacity()) * 2 +
+         (rows_.capacity() + logits_.capacity()) * 4 + attn_.bytes() +
+         blocks_.capacity() * sizeof(KvBlockRef) + head_off_.capacity() * sizeof(int64_t);
+}
+
+std::string ZipKvCache::describe() const {
+  return fmt::format(
+      "zipcache {}/{} bits (the {:.0f} % least salient tokens per KV head at {} bits, by "
+      "normalized attention of {:.0f} % recent + {:.0f} % random probe queries; keys per "
+      "channel, values channel-scaled per token); new tokens in f16, all requantized every {}",
+      c_.hi_bits, c_.lo_bits, c_.unimportant_ratio * 100, c_.lo_bits, c_.probe_ratio * 100,
+      c_.probe_ratio * 100, c_.gap);
+}
+
+void ZipKvCache::report(KvReport* out, ReportDetail detail) const {
+  *out = KvReport();
+  out->policy = "zipcache";
+  out->describe = describe();
+  out->budget.kind = CacheKind::kQuantized;
+  out->budget.token_bytes = shape_.token_bytes();
+  out->bytes_held = bytes_held();
+  out->peak_bytes_held = std::max(peak_, out->bytes_held);
+  out->routing_events = requantizations_ / std::max(1, shape_.n_layers);
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    KvLayerReport r;
+    r.windows_quant = L.nq;                        // tokens quantized
+    r.windows_local = n_past_ - L.nq;              // tokens in the f16 buffer
+    r.quantizations = int64_t(L.unimp[0].size());  // tokens at the low bit width (per head)
+    r.bytes_full = (L.k_buf.size() + L.v_buf.size()) * 2;
+    r.bytes_quant = layer_bytes(l) - r.bytes_full;
+    r.bytes_budgeted = r.bytes_quant + r.bytes_full;
+    r.bytes_allocated = r.bytes_budgeted;
+    out->layers.push_back(r);
+  }
+  if (detail != ReportDetail::kTiers) return;
+  for (const Layer& L : layers_) {
+    std::vector<Tier> t(size_t(n_past_), Tier::kLocal);
+    for (int64_t p = 0; p < L.nq; ++p) t[size_t(p)] = Tier::kQuant;
+    out->position_tiers.push_back(std::move(t));
+  }
+}
+
+ZipLayerExport ZipKvCache::export_layer(int l) const {
+  const Layer& L = layers_[size_t(l)];
+  const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
+  ZipLayerExport e;
+  e.n = n_past_;
+  e.quantized = L.nq;
+  e.important = L.imp;
+  e.unimportant = L.unimp;
+  e.k.assign(size_t(n_past_) * kvw, 0.0f);
+  e.v.assign(size_t(n_past_) * kvw, 0.0f);
+  for (int set = 0; set < 2; ++set) {
+    const auto& lists = set == 0 ? L.imp : L.unimp;
+    const ZipSet& ks = set == 0 ? L.k_imp : L.k_unimp;
+    const ZipSet& vs = set == 0 ? L.v_imp : L.v_unimp;
+    for (int h = 0; h < hkv; ++h)
+      for (int64_t j = 0; j < int64_t(lists[size_t(h)].size()); ++j) {
+        const size_t t = size_t(lists[size_t(h)][size_t(j)]);
+        for (int ch = 0; ch < d; ++ch) {
+          e.k[t * kvw + size_t(h) * d + ch] = zip_dequant_key(ks, j, h * d + ch);
+          e.v[t * kvw + size_t(h) * d + ch] = zip_dequant_value(vs, j, h * d + ch);
+        }
+      }
+  }
+  for (int64_t t = L.nq; t < n_past_; ++t)
+    for (int c = 0; c < kvw; ++c) {
+      e.k[size_t(t) * kvw + c] = f16_to_f32(L.k_buf[size_t(t - L.nq) * kvw + c]);
+      e.v[size_t(t) * kvw + c] = f16_to_f32(L.v_buf[size_t(t - L.nq) * kvw + c]);
+    }
+  return e;
+}
+
+}  // namespace qevict

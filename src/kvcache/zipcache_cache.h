@@ -1,0 +1,101 @@
+// The ZipCache cache (kvcache/policies/zipcache_policy.h has the rule): per layer, the
+// quantized tokens as two sets (important at 4 bits, unimportant at 2) of keys and values with
+// their f16 parameters and per-head token lists, plus an f16 buffer of the tokens added since
+// the last quantization. Storage follows the tokens, so bytes held are the real bytes of
+// codes, parameters, lists and buffer, plus scratch.
+//
+// Prompt: every multi-token call is prompt; its tokens stay in the f16 buffer and the cache
+// attends over them exactly until end_prompt() (or the first decode step), which scores them
+// with the probes and quantizes the whole layer (--prefill-route end, the default: the
+// reference's one prefill pass). With --prefill-route chunk each prompt chunk gets that rule
+// when it is committed, probed by its own last and random queries. While a prompt is read, the
+// probe queries are kept: the query rows of the positions that can still fall in the prompt's last
+// 5 % (f16, about 5 % of the prompt's rows per layer) — a random probe that leaves that range is
+// scored at once into a per-token saliency vector. Both are freed when the prompt ends. Attention
+// (reference path, as KiviKvCache): one layer dequantized into an f16 scratch and the shared block
+// loop over it; the scratch is reused by every layer and counted in bytes_held.
+#pragma once
+
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kvcache/kv_cache.h"
+#include "kvcache/params.h"
+#include "kvcache/policies/zipcache_policy.h"
+
+namespace qevict {
+
+// What a ZipCache layer holds, for tests: the token lists per KV head and every stored token's
+// dequantized key and value ([n][kv_width], f32; buffered tokens as stored in f16).
+struct ZipLayerExport {
+  int64_t n = 0, quantized = 0;
+  std::vector<std::vector<int32_t>> important, unimportant;  // [n_kv_heads][...]
+  std::vector<float> k, v;
+};
+
+class ZipKvCache final : public SequenceKvCache {
+ public:
+  ZipKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams& p, const ZipCacheConfig& c);
+
+  int64_t n_past() const override { return n_past_; }
+  int64_t n_ctx() const override { return n_ctx_; }
+  Status begin(int64_t n_new) override;
+  void attend(int layer, const float* q, const float* k, const float* v, float* out,
+              ThreadPool& pool) override;
+  Status commit() override;
+  Status end_prompt() override;
+  bool prefill_keeps_everything() const override { return !route_chunk_; }
+  void clear() override;
+  size_t bytes_held() const override;
+  std::string describe() const override;
+  void report(KvReport* out, ReportDetail detail) const override;
+
+  const ZipCacheConfig& config() const { return c_; }
+  // Codes, parameters, lists and buffer of layer l (no scratch, no probes): equals
+  // zipcache_layer_bytes(config(), ...) for its set sizes.
+  size_t layer_bytes(int l) const;
+  ZipLayerExport export_layer(int l) const;
+
+ private:
+  struct Layer {
+    int64_t nq = 0;                                // tokens [0, nq) quantized
+    std::vector<std::vector<int32_t>> imp, unimp;  // per KV head, in row order
+    ZipSet k_imp, k_unimp, v_imp, v_unimp;
+    std::vector<uint16_t> k_buf, v_buf;  // f16 [n − nq][kv_width]
+    // While a prompt is pending (tokens [nq, n)): query rows (f16 [q_width]) of the positions
+    // from ring_pos0 on, and the saliency the random probes before it gave, per pending token
+    // and KV head ([n − nq][n_kv_heads]).
+    std::vector<uint16_t> ring;
+    int64_t ring_pos0 = 0;
+    std::vector<float> saliency;
+  };
+  void dequantize_layer(const Layer& L, int64_t n);  // into k_scr_, v_scr_
+  // Adds the causal softmax (f32) of the query row q (f32 [q_width]) at position pos, summed
+  // over each KV head's query heads, to sal[(t − t0) · n_kv_heads + h] for t in [t0, pos];
+  // reads the keys of the scratch, which holds n tokens.
+  void add_probe(const float* q, int64_t pos, int64_t n, int64_t t0, float* sal);
+  // Drops ring rows that can no longer be among the prompt's last probes (scoring the random
+  // probes among them).
+  void advance_ring(int layer, Layer& L, int64_t n);
+  // Extends the sets with tokens [nq, n): per KV head the k least salient (sal[h · m + i]) are
+  // unimportant; then quantizes every token again from the scratch.
+  void requantize(Layer& L, int64_t n, const std::vector<float>& sal);
+
+  KvShape shape_;
+  int64_t n_ctx_;
+  ZipCacheConfig c_;
+  HalfType dtype_ = HalfType::kF16;
+  bool route_chunk_;  // --prefill-route chunk: the rule after every prompt chunk
+  bool prompt_pending_ = false;
+  int64_t n_past_ = 0, n_new_ = 0;
+  std::vector<Layer> layers_;
+  std::vector<uint16_t> k_scr_, v_scr_;  // f16 [n_kv_heads][n][head_dim]
+  std::vector<float> rows_, logits_;     // quantizer input, one probe's logits
+  BlockAttnScratch attn_;
+  std::vector<KvBlockRef> blocks_;
+  std::vector<int64_t> head_off_;
+  size_t peak_ = 0;
+  int64_t requantizations_ = 0;
+};
+
+}  // namespace qevict
