@@ -51,6 +51,21 @@ TEST(DiagnoseVariants, AcceptsTheIssue10Baselines) {
     EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
     EXPECT_EQ(r.position_tiers.size(), size_t(s.n_layers));
   }
+  for (const char* route : {"chunk", "end"}) {
+    o.base.prefill_route = route;
+    auto p = variant_params("zipcache", o);
+    ASSERT_TRUE(p.has_value()) << p.error();
+    EXPECT_EQ(p->prefill_route, route);
+    EXPECT_EQ(p->budget_fraction, 0.0);
+    EXPECT_EQ(p->route_every, 100);
+    EXPECT_DOUBLE_EQ(p->q, 0.4);
+    auto c = make_kv_cache(s, o.prefill + o.gen, *p);
+    ASSERT_TRUE(c.has_value()) << c.error();
+    KvReport r;
+    (*c)->report(&r, ReportDetail::kTiers);
+    EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
+    EXPECT_EQ(r.position_tiers.size(), size_t(s.n_layers));
+  }
   auto bad = variant_params("snapkv-typo", o);
   EXPECT_FALSE(bad.has_value());
 }
