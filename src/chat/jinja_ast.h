@@ -52,7 +52,20 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;  // kCompare
+
+  Expr() = default;
+  Expr(const Expr&) = delete;
+  Expr& operator=(const Expr&) = delete;
+  // Frees the subtree without recursion: chains such as a.b.c... or 1+1+1... are built by
+  // loops and can be as deep as the template is long (the parser rejects trees deeper than
+  // kMaxExprTreeDepth, but it builds them first).
+  ~Expr();
 };
+
+// Deepest expression tree a template may hold (the interpreter recurses once per level).
+inline constexpr int kMaxExprTreeDepth = 128;
+// The depth of e's tree (a leaf is 1), computed without recursion.
+int expr_tree_depth(const Expr& e);
 
 struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;

@@ -14,6 +14,37 @@
 
 namespace qevict::jinja {
 
+Expr::~Expr() {
+  std::vector<ExprPtr> pending;
+  auto take = [&pending](Expr& e) {
+    for (auto& a : e.args)
+      if (a) pending.push_back(std::move(a));
+    for (auto& kw : e.kwargs)
+      if (kw.second) pending.push_back(std::move(kw.second));
+  };
+  take(*this);
+  while (!pending.empty()) {
+    ExprPtr e = std::move(pending.back());
+    pending.pop_back();
+    take(*e);  // e is freed at the end of this iteration, its children already moved out
+  }
+}
+
+int expr_tree_depth(const Expr& root) {
+  int deepest = 0;
+  std::vector<std::pair<const Expr*, int>> stack = {{&root, 1}};
+  while (!stack.empty()) {
+    const auto [e, d] = stack.back();
+    stack.pop_back();
+    deepest = std::max(deepest, d);
+    for (const auto& a : e->args)
+      if (a) stack.push_back({a.get(), d + 1});
+    for (const auto& kw : e->kwargs)
+      if (kw.second) stack.push_back({kw.second.get(), d + 1});
+  }
+  return deepest;
+}
+
 namespace {
 
 constexpr int kMaxDepth = 100;  // nesting of expressions or blocks
@@ -97,6 +128,14 @@ class Parser {
     fail(p, msg);
     return nullptr;
   }
+  // A statement's expression: loops build chains (a.b.c..., a + b + ..., x|f|g...) without
+  // the recursion guard, so the whole tree's depth is checked here (the fuzzer found a
+  // 1,000-deep attribute chain that overflowed the interpreter's stack).
+  ExprPtr checked(ExprPtr e) {
+    if (e && expr_tree_depth(*e) > kMaxExprTreeDepth)
+      return fail_expr(e->pos, "expression nested too deeply");
+    return e;
+  }
   bool expect_op(std::string_view op) {
     if (skip_op(op)) return true;
     return fail(peek().pos, "expected '" + std::string(op) + "', found " + describe(peek()));
@@ -156,7 +195,7 @@ class Parser {
         s->kind = Stmt::Kind::kOutput;
         s->pos = seg.pos;
         if (peek().type == Token::Type::kEnd) return fail(seg.pos, "empty expression");
-        s->expr = parse_expr();
+        s->expr = checked(parse_expr());
         if (!s->expr || !expect_end()) return false;
         body->push_back(std::move(s));
         continue;
@@ -186,7 +225,7 @@ class Parser {
     if (kw == "if") {
       s->kind = Stmt::Kind::kIf;
       for (;;) {
-        ExprPtr c = parse_or();  // as jinja2: no `x if y else z` in an if test
+        ExprPtr c = checked(parse_or());  // as jinja2: no `x if y else z` in an if test
         if (!c || !expect_end()) return false;
         s->conds.push_back(std::move(c));
         s->bodies.emplace_back();
@@ -210,10 +249,10 @@ class Parser {
         s->targets.push_back(t.text);
       } while (skip_op(","));
       if (!skip_name("in")) return fail(peek().pos, "expected 'in', found " + describe(peek()));
-      s->expr = parse_or();  // no conditional expression: a trailing `if` filters the loop
+      s->expr = checked(parse_or());  // no conditional expression: a trailing `if` filters the loop
       if (!s->expr) return false;
       if (skip_name("if")) {
-        s->cond = parse_expr();
+        s->cond = checked(parse_expr());
         if (!s->cond) return false;
       }
       if (is_name("recursive")) return fail(peek().pos, "recursive loops are not supported");
@@ -247,7 +286,7 @@ class Parser {
       if (peek().type == Token::Type::kEnd)
         return fail(peek().pos, "block 'set' ({% set x %}...{% endset %}) is not supported");
       if (!expect_op("=")) return false;
-      s->expr = parse_expr();
+      s->expr = checked(parse_expr());
       if (!s->expr || !expect_end()) return false;
     } else if (kw == "break" || kw == "continue") {
       if (loop_depth_ == 0) return fail(seg.pos, "'" + kw + "' outside a for loop");

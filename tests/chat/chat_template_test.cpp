@@ -258,6 +258,25 @@ TEST(ChatParse, DeepNestingIsAnErrorNotAStackOverflow) {
   // Moderate nesting is fine.
   auto e = ChatTemplate::parse("{{ " + std::string(20, '(') + "1" + std::string(20, ')') + " }}");
   ASSERT_TRUE(e.has_value()) << e.error();
+  // Chains built by loops, not recursion (the fuzzer's 1,000-deep a.b.c... overflowed the
+  // interpreter's stack; corpus/chat_template_fuzz/regress_deep_attr_chain): every kind is
+  // refused past kMaxExprTreeDepth levels, and freeing the tree does not recurse either.
+  auto chain = [](const std::string& head, const std::string& link, int n) {
+    std::string x = head;
+    for (int i = 0; i < n; ++i) x += link;
+    return x;
+  };
+  for (const std::string& deep :
+       {chain("{{ a", ".b", 50000) + " }}", chain("{{ 1", " + 1", 20000) + " }}",
+        chain("{{ 'x'", " ~ 'y'", 20000) + " }}", chain("{{ x", "|trim", 20000) + " }}",
+        chain("{{ x", "[0]", 20000) + " }}", chain("{% set y = 1", " * 2", 20000) + " %}",
+        chain("{% if a", " or b", 20000) + " %}{% endif %}"}) {
+    auto t = ChatTemplate::parse(deep);
+    ASSERT_FALSE(t.has_value()) << deep.substr(0, 20);
+    EXPECT_THAT(t.error(), HasSubstr("nested too deeply")) << deep.substr(0, 20);
+  }
+  auto ok = ChatTemplate::parse(chain("{{ messages", "[0]", 60) + " }}");
+  ASSERT_TRUE(ok.has_value()) << ok.error();
 }
 
 TEST(ChatRender, ErrorsNameTheProblemAndPosition) {
