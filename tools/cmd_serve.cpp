@@ -14,13 +14,14 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <set>
 #include <thread>
+#include <variant>
 
 #include "chat/chat_template.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/scheduler.h"
+#include "server/openai_request.h"
 
 namespace qevict::cli {
 
@@ -179,142 +180,32 @@ class Server {
   }
 
  private:
-  // Validates the body into p; on error fills res and returns false.
+  // Validates the body into p (server/openai_request.h does the JSON), renders and tokenizes
+  // the prompt; on error fills res and returns false.
   bool parse(const httplib::Request& hreq, bool chat, Parsed* p, httplib::Response& res) {
-    const json body = json::parse(hreq.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) return send_error(res, 400, "the body is not valid JSON"), false;
-    if (!body.is_object()) return send_error(res, 400, "the body must be a JSON object"), false;
-    static const std::set<std::string> known_chat = {"model",
-                                                     "messages",
-                                                     "max_tokens",
-                                                     "max_completion_tokens",
-                                                     "temperature",
-                                                     "top_p",
-                                                     "seed",
-                                                     "stream",
-                                                     "stream_options",
-                                                     "stop",
-                                                     "n",
-                                                     "user",
-                                                     "kv_policy",
-                                                     "kv_budget",
-                                                     "top_k",
-                                                     "min_p",
-                                                     "frequency_penalty",
-                                                     "presence_penalty",
-                                                     "ignore_eos"};
-    static const std::set<std::string> known_completion = {"model",
-                                                           "prompt",
-                                                           "max_tokens",
-                                                           "temperature",
-                                                           "top_p",
-                                                           "seed",
-                                                           "stream",
-                                                           "stream_options",
-                                                           "stop",
-                                                           "n",
-                                                           "user",
-                                                           "kv_policy",
-                                                           "kv_budget",
-                                                           "top_k",
-                                                           "min_p",
-                                                           "frequency_penalty",
-                                                           "presence_penalty",
-                                                           "echo",
-                                                           "ignore_eos"};
-    const auto& known = chat ? known_chat : known_completion;
-    for (auto it = body.begin(); it != body.end(); ++it)
-      if (!known.count(it.key()))
-        return send_error(res, 400, fmt::format("unknown field '{}'", it.key()), it.key()), false;
-    auto bad = [&](const std::string& field, const std::string& what) {
-      send_error(res, 400, fmt::format("'{}' {}", field, what), field);
-      return false;
-    };
+    auto parsed = parse_openai_request(
+        hreq.body, chat ? OpenAiEndpoint::kChat : OpenAiEndpoint::kCompletions, a_.n_ctx);
+    if (auto* e = std::get_if<OpenAiRequestError>(&parsed))
+      return send_error(res, 400, e->message, e->param), false;
+    const OpenAiRequest& q = std::get<OpenAiRequest>(parsed);
     p->chat = chat;
-    if (body.contains("model") && !body["model"].is_string())
-      return bad("model", "must be a string");
-    p->model_name = body.value("model", model_id_);
-    // Numbers and flags.
-    auto get_int = [&](const char* f, int64_t lo, int64_t hi, int64_t* out) {
-      if (!body.contains(f) || body[f].is_null()) return true;
-      if (!body[f].is_number_integer()) return bad(f, "must be an integer");
-      const int64_t v = body[f].get<int64_t>();
-      if (v < lo || v > hi) return bad(f, fmt::format("must be in [{}, {}]", lo, hi));
-      *out = v;
-      return true;
-    };
-    auto get_num = [&](const char* f, double lo, double hi, double* out) {
-      if (!body.contains(f) || body[f].is_null()) return true;
-      if (!body[f].is_number()) return bad(f, "must be a number");
-      const double v = body[f].get<double>();
-      if (!(v >= lo && v <= hi)) return bad(f, fmt::format("must be in [{}, {}]", lo, hi));
-      *out = v;
-      return true;
-    };
-    int64_t max_tokens = chat ? 256 : 16, n = 1, seed = -1, top_k = 0;
-    double temperature = 1.0, top_p = 1.0, min_p = 0.0, fp = 0.0, pp = 0.0;
-    if (!get_int("max_tokens", 1, a_.n_ctx, &max_tokens)) return false;
-    if (!get_int("max_completion_tokens", 1, a_.n_ctx, &max_tokens)) return false;
-    if (!get_int("n", 1, 1, &n)) return false;
-    if (!get_int("seed", INT64_MIN, INT64_MAX, &seed)) return false;
-    if (!get_int("top_k", 0, 1 << 20, &top_k)) return false;
-    if (!get_num("temperature", 0.0, 2.0, &temperature)) return false;
-    if (!get_num("top_p", 0.0, 1.0, &top_p)) return false;
-    if (!get_num("min_p", 0.0, 1.0, &min_p)) return false;
-    if (!get_num("frequency_penalty", 0.0, 0.0, &fp)) return false;
-    if (!get_num("presence_penalty", 0.0, 0.0, &pp)) return false;
-    if (body.contains("echo") && !(body["echo"].is_boolean() && !body["echo"].get<bool>()))
-      return bad("echo", "is not supported (false only)");
-    // llama-server's extension: keep generating through end-of-generation tokens (throughput
-    // benchmarks need a fixed number of tokens per request).
-    bool ignore_eos = false;
-    if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
-      if (!body["ignore_eos"].is_boolean()) return bad("ignore_eos", "must be a boolean");
-      ignore_eos = body["ignore_eos"].get<bool>();
-    }
-    if (body.contains("stream")) {
-      if (!body["stream"].is_boolean()) return bad("stream", "must be a boolean");
-      p->stream = body["stream"].get<bool>();
-    }
-    if (body.contains("stream_options") && !body["stream_options"].is_null()) {
-      const json& so = body["stream_options"];
-      if (!so.is_object()) return bad("stream_options", "must be an object");
-      p->include_usage = so.value("include_usage", false);
-    }
-    if (body.contains("stop") && !body["stop"].is_null()) {
-      const json& s = body["stop"];
-      if (s.is_string()) {
-        p->stop.push_back(s.get<std::string>());
-      } else if (s.is_array() && s.size() <= 4) {
-        for (const auto& x : s) {
-          if (!x.is_string()) return bad("stop", "must be a string or up to 4 strings");
-          p->stop.push_back(x.get<std::string>());
-        }
-      } else {
-        return bad("stop", "must be a string or up to 4 strings");
-      }
-      for (const auto& s1 : p->stop)
-        if (s1.empty()) return bad("stop", "strings must not be empty");
-    }
+    p->stream = q.stream;
+    p->include_usage = q.include_usage;
+    p->stop = q.stop;
+    p->model_name = q.model.empty() ? model_id_ : q.model;
     SamplingParams& sp = p->req.sampling;
-    sp.temperature = float(temperature);
-    sp.top_p = float(top_p);
-    sp.top_k = int(top_k);
-    sp.min_p = float(min_p);
-    sp.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
-    p->req.max_tokens = int(max_tokens);
-    if (!ignore_eos) p->req.stop_tokens = eog_;
+    sp.temperature = float(q.temperature);
+    sp.top_p = float(q.top_p);
+    sp.top_k = int(q.top_k);
+    sp.min_p = float(q.min_p);
+    sp.seed = q.seed >= 0 ? uint64_t(q.seed) : std::random_device{}();
+    p->req.max_tokens = int(q.max_tokens);
+    if (!q.ignore_eos) p->req.stop_tokens = eog_;
     // The KV cache: the server's flags, then the request's kv_policy / kv_budget.
     KvOptions kv = a_.kv;
-    if (body.contains("kv_policy")) {
-      if (!body["kv_policy"].is_string()) return bad("kv_policy", "must be a string");
-      kv.params.policy = body["kv_policy"].get<std::string>();
-    }
-    if (body.contains("kv_budget")) {
-      if (!body["kv_budget"].is_number()) return bad("kv_budget", "must be a number in (0, 1]");
-      const double b = body["kv_budget"].get<double>();
-      if (!(b > 0.0 && b <= 1.0)) return bad("kv_budget", "must be a number in (0, 1]");
-      kv.params.budget_fraction = b;
+    if (q.kv_policy) kv.params.policy = *q.kv_policy;
+    if (q.kv_budget) {
+      kv.params.budget_fraction = *q.kv_budget;
       kv.params.budget_bytes = 0;
     }
     auto kvp = kv_params(kv);
@@ -322,47 +213,20 @@ class Server {
     p->req.kv = *kvp;
     // The prompt.
     std::string text;
-    bool special = false;
     if (chat) {
-      if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-        return bad("messages", "must be a non-empty array");
-      std::vector<ChatMessage> msgs;
-      for (const auto& m : body["messages"]) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-          return bad("messages", "entries must be objects with a string 'role'");
-        const std::string role = m["role"].get<std::string>();
-        if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-          return bad("messages", fmt::format("unknown role '{}'", role));
-        std::string content;
-        if (m.contains("content") && m["content"].is_string()) {
-          content = m["content"].get<std::string>();
-        } else if (m.contains("content") && m["content"].is_array()) {
-          for (const auto& part : m["content"]) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-                !part["text"].is_string())
-              return bad("messages", "content parts must be {\"type\": \"text\", \"text\": ...}");
-            content += part["text"].get<std::string>();
-          }
-        } else {
-          return bad("messages", "each message needs a string 'content'");
-        }
-        msgs.push_back({role == "developer" ? "system" : role, content});
-      }
       if (tmpl_) {
-        auto r = tmpl_->render(msgs, true, l_.tokenizer->token_to_piece(l_.tokenizer->bos(), true),
-                               l_.tokenizer->token_to_piece(l_.tokenizer->eos(), true));
+        auto r =
+            tmpl_->render(q.messages, true, l_.tokenizer->token_to_piece(l_.tokenizer->bos(), true),
+                          l_.tokenizer->token_to_piece(l_.tokenizer->eos(), true));
         if (!r) return send_error(res, 400, r.error(), "messages"), false;
         text = *r;
       } else {
-        text = render_chatml(msgs, true);
+        text = render_chatml(q.messages, true);
       }
-      special = true;
     } else {
-      if (!body.contains("prompt") || !body["prompt"].is_string())
-        return bad("prompt", "must be a string");
-      text = body["prompt"].get<std::string>();
+      text = q.prompt;
     }
-    p->req.prompt = l_.tokenizer->encode(text, /*add_special=*/true, special);
+    p->req.prompt = l_.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/chat);
     return true;
   }
 

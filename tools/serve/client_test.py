@@ -166,7 +166,11 @@ try:
     bad_request("unknown kv_policy", extra_body={"kv_policy": "nope"})
     bad_request("kv_budget out of range", extra_body={"kv_budget": 3})
     bad_request("ignore_eos not a boolean", extra_body={"ignore_eos": 1})
+    bad_request("include_usage not a boolean", extra_body={"stream_options": {"include_usage": 1}})
     bad_request("prompt + max_tokens over the context", extra_body={"max_tokens": 100000})
+    status, _, body = raw(port, "/v1/chat/completions",
+                          b'{"messages": [{"role": "user", "content": [{"type": 1}]}]}')
+    check(status == 400 and is_openai_error(body), f"a content part of the wrong type: 400 ({status})")
     status, _, body = raw(port, "/v1/chat/completions", b"{not json")
     check(status == 400 and is_openai_error(body), "malformed JSON: 400 in OpenAI's shape")
     status, _, body = raw(port, "/v1/completions", b'{"prompt": "' + b"x" * 70000 + b'"}')
