@@ -96,23 +96,14 @@ void KiviKvCache::dequantize_layer(const Layer& L, int64_t n) {
   const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
   const int G = c_.group, b = c_.bits;
   const size_t rec = 4 + size_t(G) * b / 8;
-  const size_t need = size_t(hkv) * n * d;
-  if (k_scr_.size() < need) {
-    grow(k_scr_, need, size_t(kvw));
-    grow(v_scr_, need, size_t(kvw));
-    k_scr_.resize(need);
-    v_scr_.resize(need);
-  }
-  auto row = [&](std::vector<uint16_t>& s, int h, int64_t t) {
-    return s.data() + (size_t(h) * n + size_t(t)) * d;
-  };
+  scr_.resize(shape_, n);
   const uint8_t* kg = L.k_groups.data();
   for (int64_t g = 0; g < L.kq / G; ++g)
     for (int h = 0; h < hkv; ++h)
       for (int ch = 0; ch < d; ++ch, kg += rec) {
         const float s = f16_to_f32(load_u16(kg)), mn = f16_to_f32(load_u16(kg + 2));
         for (int i = 0; i < G; ++i)
-          row(k_scr_, h, g * G + i)[ch] =
+          scr_.k_row(h, g * G + i)[ch] =
               f32_to_f16(kivi_dequant(kivi_code_at(kg + 4, i, b), s, mn));
       }
   const uint8_t* vt = L.v_tokens.data();
@@ -120,24 +111,24 @@ void KiviKvCache::dequantize_layer(const Layer& L, int64_t n) {
     for (int h = 0; h < hkv; ++h)
       for (int gj = 0; gj < d / G; ++gj, vt += rec) {
         const float s = f16_to_f32(load_u16(vt)), mn = f16_to_f32(load_u16(vt + 2));
-        uint16_t* dst = row(v_scr_, h, t) + size_t(gj) * G;
+        uint16_t* dst = scr_.v_row(h, t) + size_t(gj) * G;
         for (int i = 0; i < G; ++i)
           dst[i] = f32_to_f16(kivi_dequant(kivi_code_at(vt + 4, i, b), s, mn));
       }
   for (int64_t t = L.kq; t < n; ++t)
     for (int h = 0; h < hkv; ++h)
-      std::memcpy(row(k_scr_, h, t), L.k_res.data() + size_t(t - L.kq) * kvw + size_t(h) * d,
+      std::memcpy(scr_.k_row(h, t), L.k_res.data() + size_t(t - L.kq) * kvw + size_t(h) * d,
                   size_t(d) * 2);
   for (int64_t t = L.vq; t < n; ++t)
     for (int h = 0; h < hkv; ++h)
-      std::memcpy(row(v_scr_, h, t), L.v_res.data() + size_t(t - L.vq) * kvw + size_t(h) * d,
+      std::memcpy(scr_.v_row(h, t), L.v_res.data() + size_t(t - L.vq) * kvw + size_t(h) * d,
                   size_t(d) * 2);
 }
 
 void KiviKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
                          ThreadPool& pool) {
   Layer& L = layers_[size_t(layer)];
-  const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
+  const int kvw = shape_.kv_width();
   const int64_t n = n_past_ + n_new_;
   // The new tokens join the f16 residuals (the reference's key_states_full / value_states_full).
   for (auto [res, src] : {std::pair{&L.k_res, k}, std::pair{&L.v_res, v}}) {
@@ -151,21 +142,7 @@ void KiviKvCache::attend(int layer, const float* q, const float* k, const float*
   }
   // Attention over the quantized tokens (dequantized) and the residual, new tokens included.
   dequantize_layer(L, n);
-  blocks_.resize(size_t(hkv));
-  head_off_.resize(size_t(hkv) + 1);
-  for (int h = 0; h < hkv; ++h) {
-    KvBlockRef& r = blocks_[size_t(h)];
-    r.pos0 = 0;
-    r.n = int32_t(n);
-    r.k = k_scr_.data() + size_t(h) * n * d;
-    r.v = v_scr_.data() + size_t(h) * n * d;
-    r.ld = d;
-    head_off_[size_t(h)] = h;
-  }
-  head_off_[size_t(hkv)] = hkv;
-  const FusedAttnParams fp = FusedAttnParams::make(dtype_, shape_.group(), d);
-  attend_blocks(fp, hkv, q, shape_.q_width(), n_new_, n_past_, blocks_.data(), head_off_.data(),
-                out, nullptr, MassLayout::kPerHeadBlock, attn_, pool);
+  scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
   // Then the rule, as the reference quantizes after attention (llama_kivi.py:L131, L174); a
   // deferred prompt (--prefill-route end) waits for end_prompt().
   if (defer_prefill_ && n_new_ > 1) {
@@ -176,7 +153,7 @@ void KiviKvCache::attend(int layer, const float* q, const float* k, const float*
 }
 
 Status KiviKvCache::commit() {
-  if (n_new_ > 1) attn_.trim();
+  if (n_new_ > 1) scr_.trim();
   n_past_ += n_new_;
   n_new_ = 0;
   peak_ = std::max(peak_, bytes_held());
@@ -248,8 +225,7 @@ size_t KiviKvCache::bytes_held() const {
   for (const Layer& L : layers_)
     b += L.k_groups.capacity() + L.v_tokens.capacity() +
          (L.k_res.capacity() + L.v_res.capacity()) * 2;
-  return b + (k_scr_.capacity() + v_scr_.capacity()) * 2 + codes_.capacity() + attn_.bytes() +
-         blocks_.capacity() * sizeof(KvBlockRef) + head_off_.capacity() * sizeof(int64_t);
+  return b + scr_.bytes() + codes_.capacity();
 }
 
 std::string KiviKvCache::describe() const {

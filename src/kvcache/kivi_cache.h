@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kvcache/dense_scratch.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/kivi_policy.h"
@@ -79,7 +79,7 @@ class KiviKvCache final : public SequenceKvCache {
   // Applies the rule to layer l holding n tokens: quantizes residual keys while n − kq ≥ R
   // (R at a time) and residual values beyond the newest R.
   void apply_rule(Layer& L, int64_t n);
-  void dequantize_layer(const Layer& L, int64_t n);  // into k_scr_, v_scr_
+  void dequantize_layer(const Layer& L, int64_t n);  // into scr_
   // Grows v to hold `size` elements in steps of kGrowTokens tokens (bounded slack: at most
   // kGrowTokens tokens' codes beyond what is stored).
   template <class T>
@@ -94,12 +94,9 @@ class KiviKvCache final : public SequenceKvCache {
   bool prompt_pending_ = false;      // prefill calls stored tokens not yet quantized
   int64_t n_past_ = 0, n_new_ = 0;
   std::vector<Layer> layers_;
-  std::vector<uint16_t> k_scr_, v_scr_;  // f16 [n_kv_heads][n][head_dim] (attention scratch)
-  std::vector<uint8_t> codes_;           // one group's codes before packing
-  BlockAttnScratch attn_;
-  std::vector<KvBlockRef> blocks_;
-  std::vector<int64_t> head_off_;
-  std::string dump_dir_;  // --kv-trace: dump the prompt's quantization here
+  DenseLayerScratch scr_;       // one layer dequantized, for attention
+  std::vector<uint8_t> codes_;  // one group's codes before packing
+  std::string dump_dir_;        // --kv-trace: dump the prompt's quantization here
   size_t peak_ = 0;
   int64_t quantized_groups_ = 0;  // key groups + value groups quantized so far (all layers)
 };

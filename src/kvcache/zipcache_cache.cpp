@@ -36,20 +36,7 @@ Status ZipKvCache::begin(int64_t n_new) {
 
 void ZipKvCache::dequantize_layer(const Layer& L, int64_t n) {
   const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
-  const size_t need = size_t(hkv) * n * d;
-  if (k_scr_.size() < need) {
-    // Grows in steps of 64 tokens: bounded slack, no reallocation per decode step.
-    const size_t cap = need + size_t(64) * kvw;
-    if (k_scr_.capacity() < need) {
-      k_scr_.reserve(cap);
-      v_scr_.reserve(cap);
-    }
-    k_scr_.resize(need);
-    v_scr_.resize(need);
-  }
-  auto row = [&](std::vector<uint16_t>& s, int h, int64_t t) {
-    return s.data() + (size_t(h) * n + size_t(t)) * d;
-  };
+  scr_.resize(shape_, n);
   for (int set = 0; set < 2; ++set) {
     const auto& lists = set == 0 ? L.imp : L.unimp;
     const ZipSet& ks = set == 0 ? L.k_imp : L.k_unimp;
@@ -57,8 +44,8 @@ void ZipKvCache::dequantize_layer(const Layer& L, int64_t n) {
     for (int h = 0; h < hkv; ++h) {
       const auto& ids = lists[size_t(h)];
       for (int64_t j = 0; j < int64_t(ids.size()); ++j) {
-        uint16_t* kd = row(k_scr_, h, ids[size_t(j)]);
-        uint16_t* vd = row(v_scr_, h, ids[size_t(j)]);
+        uint16_t* kd = scr_.k_row(h, ids[size_t(j)]);
+        uint16_t* vd = scr_.v_row(h, ids[size_t(j)]);
         for (int ch = 0; ch < d; ++ch) {
           kd[ch] = f32_to_f16(zip_dequant_key(ks, j, h * d + ch));
           vd[ch] = f32_to_f16(zip_dequant_value(vs, j, h * d + ch));
@@ -68,9 +55,9 @@ void ZipKvCache::dequantize_layer(const Layer& L, int64_t n) {
   }
   for (int64_t t = L.nq; t < n; ++t)
     for (int h = 0; h < hkv; ++h) {
-      std::memcpy(row(k_scr_, h, t), L.k_buf.data() + size_t(t - L.nq) * kvw + size_t(h) * d,
+      std::memcpy(scr_.k_row(h, t), L.k_buf.data() + size_t(t - L.nq) * kvw + size_t(h) * d,
                   size_t(d) * 2);
-      std::memcpy(row(v_scr_, h, t), L.v_buf.data() + size_t(t - L.nq) * kvw + size_t(h) * d,
+      std::memcpy(scr_.v_row(h, t), L.v_buf.data() + size_t(t - L.nq) * kvw + size_t(h) * d,
                   size_t(d) * 2);
     }
 }
@@ -80,7 +67,7 @@ void ZipKvCache::add_probe(const float* q, int64_t pos, int64_t n, int64_t t0, f
   const int64_t len = pos + 1;  // causal: keys [0, pos]
   logits_.resize(size_t(g) * len);
   for (int h = 0; h < hkv; ++h) {
-    qk_scores(dtype_, q + size_t(h) * g * d, d, g, k_scr_.data() + size_t(h) * n * d, d, len, d,
+    qk_scores(dtype_, q + size_t(h) * g * d, d, g, scr_.k_row(h, 0), d, len, d,
               1.0f / std::sqrt(float(d)), logits_.data(), len);
     for (int i = 0; i < g; ++i) {
       float* p = logits_.data() + size_t(i) * len;
@@ -130,12 +117,12 @@ void ZipKvCache::requantize(Layer& L, int64_t n, const std::vector<float>& sal) 
     const int bits = set == 0 ? c_.hi_bits : c_.lo_bits;
     const int64_t rows = int64_t(lists[0].size());
     for (int kv = 0; kv < 2; ++kv) {
-      const std::vector<uint16_t>& scr = kv == 0 ? k_scr_ : v_scr_;
       rows_.resize(size_t(rows) * kvw);
       for (int h = 0; h < hkv; ++h)
         for (int64_t j = 0; j < rows; ++j)
           half_to_f32(dtype_,
-                      scr.data() + (size_t(h) * n + size_t(lists[size_t(h)][size_t(j)])) * d,
+                      kv == 0 ? scr_.k_row(h, lists[size_t(h)][size_t(j)])
+                              : scr_.v_row(h, lists[size_t(h)][size_t(j)]),
                       rows_.data() + size_t(j) * kvw + size_t(h) * d, d);
       ZipSet s = kv == 0 ? zip_quantize_keys(rows_.data(), rows, kvw, bits)
                          : zip_quantize_values(rows_.data(), rows, kvw, bits);
@@ -152,7 +139,7 @@ void ZipKvCache::requantize(Layer& L, int64_t n, const std::vector<float>& sal) 
 void ZipKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
                         ThreadPool& pool) {
   Layer& L = layers_[size_t(layer)];
-  const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
+  const int hkv = shape_.n_kv_heads, kvw = shape_.kv_width();
   const int qw = shape_.q_width();
   const int64_t n = n_past_ + n_new_;
   for (auto [buf, src] : {std::pair{&L.k_buf, k}, std::pair{&L.v_buf, v}}) {
@@ -164,21 +151,7 @@ void ZipKvCache::attend(int layer, const float* q, const float* k, const float* 
     f32_to_half(dtype_, src, buf->data() + off, n_new_ * kvw);
   }
   dequantize_layer(L, n);
-  blocks_.resize(size_t(hkv));
-  head_off_.resize(size_t(hkv) + 1);
-  for (int h = 0; h < hkv; ++h) {
-    KvBlockRef& r = blocks_[size_t(h)];
-    r.pos0 = 0;
-    r.n = int32_t(n);
-    r.k = k_scr_.data() + size_t(h) * n * d;
-    r.v = v_scr_.data() + size_t(h) * n * d;
-    r.ld = d;
-    head_off_[size_t(h)] = h;
-  }
-  head_off_[size_t(hkv)] = hkv;
-  const FusedAttnParams fp = FusedAttnParams::make(dtype_, shape_.group(), d);
-  attend_blocks(fp, hkv, q, qw, n_new_, n_past_, blocks_.data(), head_off_.data(), out, nullptr,
-                MassLayout::kPerHeadBlock, attn_, pool);
+  scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
 
   if (n_new_ > 1) {  // a prompt call: keep the queries that can still be probes
     if (L.ring.empty() && L.saliency.empty()) L.ring_pos0 = n_past_;
@@ -198,7 +171,7 @@ void ZipKvCache::attend(int layer, const float* q, const float* k, const float* 
 
 Status ZipKvCache::commit() {
   if (n_new_ > 1) {
-    attn_.trim();
+    scr_.trim();
     prompt_pending_ = true;
   }
   n_past_ += n_new_;
@@ -271,9 +244,7 @@ size_t ZipKvCache::bytes_held() const {
     for (int h = 0; h < shape_.n_kv_heads; ++h)
       b += (L.imp[size_t(h)].capacity() + L.unimp[size_t(h)].capacity()) * sizeof(int32_t);
   }
-  return b + (k_scr_.capacity() + v_scr_.capacity()) * 2 +
-         (rows_.capacity() + logits_.capacity()) * 4 + attn_.bytes() +
-         blocks_.capacity() * sizeof(KvBlockRef) + head_off_.capacity() * sizeof(int64_t);
+  return b + scr_.bytes() + (rows_.capacity() + logits_.capacity()) * 4;
 }
 
 std::string ZipKvCache::describe() const {

@@ -18,7 +18,7 @@
 
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kvcache/dense_scratch.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/zipcache_policy.h"
@@ -69,7 +69,7 @@ class ZipKvCache final : public SequenceKvCache {
     int64_t ring_pos0 = 0;
     std::vector<float> saliency;
   };
-  void dequantize_layer(const Layer& L, int64_t n);  // into k_scr_, v_scr_
+  void dequantize_layer(const Layer& L, int64_t n);  // into scr_
   // Adds the causal softmax (f32) of the query row q (f32 [q_width]) at position pos, summed
   // over each KV head's query heads, to sal[(t − t0) · n_kv_heads + h] for t in [t0, pos];
   // reads the keys of the scratch, which holds n tokens.
@@ -89,11 +89,8 @@ class ZipKvCache final : public SequenceKvCache {
   bool prompt_pending_ = false;
   int64_t n_past_ = 0, n_new_ = 0;
   std::vector<Layer> layers_;
-  std::vector<uint16_t> k_scr_, v_scr_;  // f16 [n_kv_heads][n][head_dim]
-  std::vector<float> rows_, logits_;     // quantizer input, one probe's logits
-  BlockAttnScratch attn_;
-  std::vector<KvBlockRef> blocks_;
-  std::vector<int64_t> head_off_;
+  DenseLayerScratch scr_;             // one layer dequantized, for attention and requantizing
+  std::vector<float> rows_, logits_;  // quantizer input, one probe's logits
   size_t peak_ = 0;
   int64_t requantizations_ = 0;
 };
