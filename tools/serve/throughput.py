@@ -240,12 +240,23 @@ class Stream(threading.Thread):
         self.times = []  # arrival time of every token chunk
         self.error = None
         self.finished = False
+        self.conn = None
+
+    def leave(self):
+        """Disconnects now, also a request still waiting for a slot (it would otherwise be
+        admitted, prefilled and only then notice the stop)."""
+        c = self.conn
+        if c is not None and c.sock is not None:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def run(self):
         body = {"prompt": self.prompt, "max_tokens": args.ctx - args.prompt_tokens - 64,
                 "temperature": 0, "stream": True, "ignore_eos": True}
         try:
-            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=3600)
+            c = self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=3600)
             c.request("POST", "/v1/completions", json.dumps(body),
                       {"Content-Type": "application/json"})
             r = c.getresponse()
@@ -266,7 +277,8 @@ class Stream(threading.Thread):
             c.sock.shutdown(socket.SHUT_RDWR)  # leave: the server cancels the request
             c.close()
         except Exception as e:  # noqa: BLE001 - reported in the results
-            self.error = repr(e)
+            if not self.stop_ev.is_set():  # after the stop, leave() closed the socket
+                self.error = repr(e)
 
 
 def run_case(system, n, texts, slots_f16):
@@ -300,6 +312,8 @@ def run_case(system, n, texts, slots_f16):
         tokens = sum(sum(1 for t in s.times if t0 <= t < t1) for s in ss)
         active_in_window = sum(1 for s in ss if any(t0 <= t < t1 for t in s.times))
         stop_ev.set()
+        for s in ss:
+            s.leave()
         for s in ss:
             s.join(timeout=30)
         res = {"system": system, "streams": n, "decoding_at_once": at_once,
