@@ -1,0 +1,221 @@
+// KVQuant's rule (kvcache/policies/kvquant_policy.*) against a plain model written from the
+// reference's description: percentiles by full sort, nearest levels by a scan, outliers and
+// parameters as simquant_module_quantizer.py defines them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/f16.h"
+#include "kvcache/policies/kvquant_policy.h"
+
+namespace qevict {
+namespace {
+
+// numpy.percentile(x, 100 f), linear, by sorting.
+double np_percentile(std::vector<float> x, double f) {
+  std::sort(x.begin(), x.end());
+  const double idx = f * double(x.size() - 1);
+  const size_t lo = size_t(std::floor(idx)), hi = std::min(lo + 1, x.size() - 1);
+  return double(x[lo]) + (double(x[hi]) - double(x[lo])) * (idx - double(lo));
+}
+
+// Heavy-tailed rows (Laplace) with per-channel scale and shift, as keys have.
+std::vector<float> laplace_rows(int64_t n, int w, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::exponential_distribution<float> e(1.0f);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<float> x(static_cast<size_t>(n) * w);
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < w; ++c)
+      x[size_t(i) * w + c] = (sign(rng) ? 1.0f : -1.0f) * e(rng) * (0.5f + 0.1f * float(c % 7)) +
+                             0.3f * float(c % 5) - 0.6f;
+  return x;
+}
+
+TEST(KvQuant, PercentileAndMedianMatchSortedDefinitions) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g;
+  for (int n : {1, 2, 3, 10, 193, 1000}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = g(rng);
+    for (double f : {0.0, 0.005, 0.25, 0.5, 0.995, 1.0}) {
+      std::vector<float> y = x;
+      EXPECT_NEAR(kvq_percentile(y.data(), n, f), np_percentile(x, f), 1e-6) << n << " " << f;
+    }
+    std::vector<float> s = x, y = x;
+    std::sort(s.begin(), s.end());
+    EXPECT_EQ(kvq_lower_median(y.data(), n), s[size_t((n - 1) / 2)]) << n;  // torch.median
+  }
+}
+
+TEST(KvQuant, CodesPackAcrossByteBoundaries) {
+  for (int bits : {2, 3, 4})
+    for (int w : {1, 5, 13, 37, 64}) {
+      std::vector<uint8_t> row(kvq_row_bytes(w, bits), 0);
+      std::vector<int> want(static_cast<size_t>(w));
+      for (int i = 0; i < w; ++i) {
+        want[size_t(i)] = (i * 5 + 3) % (1 << bits);
+        kvq_put_code(row.data(), i, bits, want[size_t(i)]);
+      }
+      for (int i = 0; i < w; ++i)
+        ASSERT_EQ(kvq_get_code(row.data(), i, bits), want[size_t(i)])
+            << bits << " " << w << " " << i;
+    }
+}
+
+TEST(KvQuant, KMeansIsALloydFixedPointAndFindsSeparatedClusters) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 0.01f);
+  std::vector<float> x;
+  for (float m : {-0.8f, 0.1f, 0.7f})
+    for (int i = 0; i < 300; ++i) x.push_back(m + g(rng));
+  const std::vector<float> c3 = kvq_kmeans_1d(x, 3);
+  EXPECT_NEAR(c3[0], -0.8f, 0.01f);
+  EXPECT_NEAR(c3[1], 0.1f, 0.01f);
+  EXPECT_NEAR(c3[2], 0.7f, 0.01f);
+  // On spread data: ascending, and each level the mean of the points nearest to it.
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> y(5000);
+  for (auto& v : y) v = u(rng) * std::fabs(u(rng));
+  const std::vector<float> c = kvq_kmeans_1d(y, 8);
+  ASSERT_EQ(c.size(), 8u);
+  EXPECT_TRUE(std::is_sorted(c.begin(), c.end()));
+  std::vector<double> sum(8, 0.0);
+  std::vector<int> cnt(8, 0);
+  for (float v : y) {
+    const int j = kvq_nearest(c, v);
+    sum[size_t(j)] += v;
+    ++cnt[size_t(j)];
+  }
+  for (int j = 0; j < 8; ++j) {
+    ASSERT_GT(cnt[size_t(j)], 0);
+    EXPECT_NEAR(c[size_t(j)], sum[size_t(j)] / cnt[size_t(j)], 1e-3) << j;
+  }
+  // Fewer distinct values than levels: every value is a level.
+  const std::vector<float> few = kvq_kmeans_1d({0.5f, 0.5f, -0.25f, 0.5f}, 8);
+  EXPECT_EQ(few.front(), -0.25f);
+  EXPECT_EQ(few.back(), 0.5f);
+}
+
+TEST(KvQuant, CalibrationThresholdsArePercentilesAndOutliersAreAboutOnePercent) {
+  const int64_t n = 600;
+  const int w = 24;
+  const auto k = laplace_rows(n, w, 11), v = laplace_rows(n, w, 12);
+  KvQuantConfig c;
+  const KvQuantLayerCalib cal = kvquant_calibrate(c, k.data(), v.data(), n, w);
+  ASSERT_EQ(cal.k_lut.size(), 8u);
+  ASSERT_EQ(cal.v_lut.size(), 8u);
+  EXPECT_TRUE(std::is_sorted(cal.k_lut.begin(), cal.k_lut.end()));
+  for (float l : cal.k_lut) EXPECT_TRUE(l >= -1.0f && l <= 1.0f);
+  int64_t outl = 0;
+  for (int ch = 0; ch < w; ++ch) {
+    std::vector<float> col(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) col[size_t(i)] = k[size_t(i) * w + ch];
+    EXPECT_NEAR(cal.k_upper[size_t(ch)], np_percentile(col, 0.995), 1e-5);
+    EXPECT_NEAR(cal.k_lower[size_t(ch)], np_percentile(col, 0.005), 1e-5);
+    for (float x : col) outl += x > cal.k_upper[size_t(ch)] || x < cal.k_lower[size_t(ch)];
+  }
+  // 0.5 % above and 0.5 % below each channel's thresholds on the calibration data itself.
+  EXPECT_NEAR(double(outl) / double(n * w), 0.01, 0.003);
+}
+
+TEST(KvQuant, KeysAndValuesMatchThePlainRule) {
+  const int64_t n = 300;
+  for (int bits : {2, 3, 4})
+    for (int w : {8, 21}) {
+      KvQuantConfig c;
+      c.bits = bits;
+      const auto ck = laplace_rows(n, w, 21), cv = laplace_rows(n, w, 22);
+      const KvQuantLayerCalib cal = kvquant_calibrate(c, ck.data(), cv.data(), n, w);
+      const auto k = laplace_rows(40, w, 23), v = laplace_rows(40, w, 24);
+      std::vector<uint8_t> codes(kvq_row_bytes(w, bits));
+      std::vector<float> out(static_cast<size_t>(w)), scratch;
+      auto nearest = [](const std::vector<float>& lut, float y) {  // the first on a tie
+        size_t best = 0;
+        for (size_t i = 1; i < lut.size(); ++i)
+          if (std::fabs(y - lut[i]) < std::fabs(y - lut[best])) best = i;
+        return lut[best];
+      };
+      for (int64_t t = 0; t < 40; ++t) {
+        // Keys: the calibrated thresholds of each channel; strict outliers.
+        const float* x = k.data() + t * w;
+        std::vector<KvqOutlier> ol;
+        kvquant_quantize_key(c, cal, x, w, codes.data(), &ol);
+        kvquant_dequantize_key(c, cal, codes.data(), ol.data(), int(ol.size()), w, out.data());
+        for (int ch = 0; ch < w; ++ch) {
+          const float u = cal.k_upper[size_t(ch)], l = cal.k_lower[size_t(ch)];
+          const float off = (u + l) / 2, rng = (u - l) / 2;
+          const float want = (x[ch] > u || x[ch] < l)
+                                 ? f16_to_f32(f32_to_f16(x[ch]))
+                                 : nearest(cal.k_lut, (x[ch] - off) / rng) * rng + off;
+          ASSERT_NEAR(out[size_t(ch)], want, 1e-5f * (1 + std::fabs(want)))
+              << "key bits " << bits << " w " << w << " t " << t << " ch " << ch;
+        }
+        // Values: the token's own quantiles (non-strict), median-replaced outliers.
+        const float* y = v.data() + t * w;
+        std::vector<float> row(y, y + w), sorted = row;
+        std::sort(sorted.begin(), sorted.end());
+        const double tq = c.upper_fraction();
+        const float vu = float(np_percentile(row, tq)), vl = float(np_percentile(row, 1 - tq));
+        const float med = sorted[size_t((w - 1) / 2)];
+        float mx = -INFINITY, mn = INFINITY;
+        int n_out = 0;
+        for (float e : row) {
+          const bool o = e >= vu || e <= vl;
+          n_out += o;
+          mx = std::max(mx, o ? med : e);
+          mn = std::min(mn, o ? med : e);
+        }
+        EXPECT_GE(n_out, 2);  // the token's max and min at least
+        const float off = f16_to_f32(f32_to_f16((mx + mn) / 2));
+        const float rng = f16_to_f32(f32_to_f16((mx - mn) / 2));
+        std::vector<KvqOutlier> vo;
+        uint16_t o16 = 0, r16 = 0;
+        kvquant_quantize_value(c, cal, y, w, codes.data(), &o16, &r16, &vo, &scratch);
+        EXPECT_EQ(int(vo.size()), n_out);
+        EXPECT_EQ(f16_to_f32(o16), off);
+        EXPECT_EQ(f16_to_f32(r16), rng);
+        kvquant_dequantize_value(c, cal, codes.data(), o16, r16, vo.data(), int(vo.size()), w,
+                                 out.data());
+        for (int ch = 0; ch < w; ++ch) {
+          const bool o = y[ch] >= vu || y[ch] <= vl;
+          const float want = o ? f16_to_f32(f32_to_f16(y[ch]))
+                               : nearest(cal.v_lut, (y[ch] - off) / rng) * rng + off;
+          ASSERT_NEAR(out[size_t(ch)], want, 1e-5f * (1 + std::fabs(want)))
+              << "value bits " << bits << " w " << w << " t " << t << " ch " << ch;
+        }
+      }
+    }
+}
+
+TEST(KvQuant, AConstantTokenIsAllOutliersAndDecodesExactly) {
+  KvQuantConfig c;
+  const int w = 16;
+  const auto ck = laplace_rows(100, w, 31);
+  const KvQuantLayerCalib cal = kvquant_calibrate(c, ck.data(), ck.data(), 100, w);
+  std::vector<float> x(static_cast<size_t>(w), 0.75f), out(static_cast<size_t>(w)), scratch;
+  std::vector<uint8_t> codes(kvq_row_bytes(w, c.bits));
+  std::vector<KvqOutlier> vo;
+  uint16_t o16, r16;
+  kvquant_quantize_value(c, cal, x.data(), w, codes.data(), &o16, &r16, &vo, &scratch);
+  EXPECT_EQ(int(vo.size()), w);  // every element is both >= u and <= l
+  kvquant_dequantize_value(c, cal, codes.data(), o16, r16, vo.data(), int(vo.size()), w,
+                           out.data());
+  for (float e : out) EXPECT_EQ(e, 0.75f);
+}
+
+TEST(KvQuant, LayerBytesCountWhatIsStored) {
+  KvQuantConfig c;  // 3 bits, first token in f16
+  const int w = 192;
+  // 1 token f16 (192 · 2 · 2 B); 99 tokens: 2 · 72 B codes + 4 B params + 4 B counts; 50 pairs.
+  EXPECT_EQ(kvquant_layer_bytes(c, 100, 50, w), size_t(768 + 99 * (144 + 4 + 4) + 50 * 4));
+  EXPECT_EQ(kvquant_layer_bytes(c, 0, 0, w), 0u);
+  EXPECT_TRUE(c.validate().is_ok());
+  c.bits = 5;
+  EXPECT_FALSE(c.validate().is_ok());
+}
+
+}  // namespace
+}  // namespace qevict
