@@ -99,9 +99,11 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
   if (!cache) budget->capture_default_str();
   app.add_option("--kv-budget-bytes", p.budget_bytes, "KV budget per layer in bytes")
       ->check(CLI::NonNegativeNumber);
-  o.q = app.add_option("--kv-q", p.q,
-                       "share of the history budget for the low-bit tier (0: two tiers F+E; "
-                       "streaming default 0; zipcache: the share of tokens at low bits, 0.4)")
+  o.q = app.add_option(
+               "--kv-q", p.q,
+               "share of the history budget for the low-bit tier (0: two tiers F+E; "
+               "streaming default 0; zipcache: the share of tokens at low bits, 0.4; kvquant: the "
+               "outlier share, 0.01)")
             ->capture_default_str();
   if (cache)
     o.window = app.add_option("--kv-window", p.window, "tokens per window (ω; streaming default 1)")
@@ -121,7 +123,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
                 ->capture_default_str();
   o.bits = app.add_option(
                   "--kv-bits", p.bits,
-                  "low-bit tier: 2 or 4 bits (zipcache: the unimportant tokens'; the rest get 4)")
+                  "low-bit tier: 2 or 4 bits (zipcache: the unimportant tokens'; the rest get 4; "
+                  "kvquant: 2, 3 or 4, default 3)")
                ->capture_default_str();
   app.add_option("--kv-group", p.value_group,
                  "value quantization group (0: head_dim; kivi: G, default 32)")
@@ -157,6 +160,39 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
   app.add_option("--kv-trace", p.trace_path,
                  "write one JSON line per routing event and layer to this file (kivi: a "
                  "directory, where the prompt's quantization is dumped as .npy)");
+}
+
+bool attach_known_calibration(const Loaded& l, KvCacheParams* p) {
+  if (p->policy != "kvquant" || p->kvquant_calib) return true;
+  for (const auto& [k, cal] : l.kvquant)
+    if (k == std::pair<int, double>{p->bits, 1.0 - p->q}) {
+      p->kvquant_calib = cal;
+      return true;
+    }
+  return false;
+}
+
+Status prepare_kv_params(Loaded& l, KvCacheParams* p, int threads) {
+  if (attach_known_calibration(l, p)) return Status::ok();
+  KvQuantConfig c;
+  c.bits = p->bits;
+  c.sparsity = 1.0 - p->q;
+  c.first_fp16 = p->sink;
+  const std::pair<int, double> key{c.bits, c.sparsity};
+  std::vector<int32_t> tokens = l.tokenizer->encode(std::string(kvquant_calibration_text()),
+                                                    /*add_special=*/true, /*parse_special=*/false);
+  if (tokens.size() > 2048) tokens.resize(2048);
+  const auto t0 = std::chrono::steady_clock::now();
+  ThreadPool pool(resolve_threads(threads));
+  auto cal = kvquant_calibration(*l.model, tokens, c, pool);
+  if (!cal) return cal.status();
+  std::fprintf(stderr,
+               "kvquant: calibrated %d-bit levels and key thresholds on %zu tokens (%.1f s)\n",
+               c.bits, tokens.size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  l.kvquant.push_back({key, *cal});
+  p->kvquant_calib = *cal;
+  return Status::ok();
 }
 
 Expected<KvCacheParams> kv_params(const KvOptions& o) {

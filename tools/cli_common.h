@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/kvquant_calibration.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
 #include "model/model.h"
@@ -28,6 +29,8 @@ int resolve_threads(int flag_value);
 struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  // kvquant's calibrations made so far, by (bits, sparsity) (prepare_kv_params).
+  std::vector<std::pair<std::pair<int, double>, std::shared_ptr<const KvQuantCalibration>>> kvquant;
 };
 Expected<Loaded> load_model(const ModelOptions& o);
 
@@ -51,6 +54,13 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope = KvFlagScope
 // Finishes the params (dtype string, the policy's defaults for options not given) and
 // validates them.
 Expected<KvCacheParams> kv_params(const KvOptions& o);
+// What a policy needs from the loaded model before its caches can be made: kvquant's
+// calibration (engine/kvquant_calibration.h: the model reads up to 2,048 tokens of the committed
+// calibration text; a few seconds, said on stderr). Other policies: nothing.
+Status prepare_kv_params(Loaded& l, KvCacheParams* p, int threads);
+// The same without running the model: true when p needs nothing or a calibration made before
+// fits it (the server's requests: the model is busy decoding).
+bool attach_known_calibration(const Loaded& l, KvCacheParams* p);
 // --kv-stats: per layer and total — windows per tier, moves, bytes by tier, ledger bytes
 // held by promoted windows, routing / quantization time — on stderr.
 void print_kv_stats(const SequenceKvCache& cache, double decode_seconds);

@@ -63,6 +63,8 @@ int run_bench(const BenchArgs& a) {
   if (src.empty())
     src = loaded->tokenizer->encode("The quick brown fox jumps over the lazy dog. ", false, false);
   const int threads = resolve_threads(a.model.threads);
+  if (Status st = prepare_kv_params(*loaded, &*kvp, threads); !st.is_ok())
+    return fail(st.message());
   ThreadPool pool(threads);
   const int32_t V = model.config().n_vocab;
   nlohmann::json results = nlohmann::json::array();

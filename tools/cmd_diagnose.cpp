@@ -64,6 +64,13 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   if (ec) return fail(fmt::format("{}: cannot create: {}", a.out_dir, ec.message()));
 
   const int threads = resolve_threads(a.model.threads);
+  for (const auto& n : names)
+    if (n == "kvquant") {  // its calibration runs the model once (variant_params copies base's)
+      auto p = eval::variant_params(n, a.opts);
+      if (Status st = prepare_kv_params(*loaded, &*p, threads); !st.is_ok())
+        return fail(st.message());
+      a.opts.base.kvquant_calib = p->kvquant_calib;
+    }
   ThreadPool pool(threads);
   std::fprintf(stderr, "diagnose: %lld prompt tokens + %lld steps, variants %s, %d threads\n",
                (long long)a.opts.prefill, (long long)a.opts.gen, a.variants.c_str(), threads);

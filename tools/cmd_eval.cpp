@@ -157,6 +157,13 @@ int run_eval_cmd(EvalArgs a) {
   auto loaded = load_model(a.model);
   if (!loaded) return fail(loaded.error());
   const int threads = resolve_threads(a.model.threads);
+  for (const eval::EvalVariant& v : *variants)
+    if (v.params.policy == "kvquant" && !o.base.kvquant_calib) {  // calibrates once
+      KvCacheParams p = v.params;
+      if (Status st = prepare_kv_params(*loaded, &p, threads); !st.is_ok())
+        return fail(st.message());
+      o.base.kvquant_calib = p.kvquant_calib;
+    }
   ThreadPool pool(threads);
   std::fprintf(stderr,
                "eval: %zu task(s) x %zu length(s) x %d sample(s) x %zu variant column(s), model "

@@ -92,6 +92,8 @@ int run_generate(const GenerateArgs& a) {
       if (tok.is_eog(id)) req.stop_tokens.push_back(id);
 
   const int threads = resolve_threads(a.model.threads);
+  if (Status st = prepare_kv_params(*loaded, &*kvp, threads); !st.is_ok())
+    return fail(st.message());
   ThreadPool pool(threads);
   std::vector<GenerationRequest> reqs{std::move(req)};
   GenerateOptions go;

@@ -75,6 +75,8 @@ int run_perplexity(const PerplexityArgs& a) {
     if (!s) return fail(s.message());
   }
   const int threads = resolve_threads(a.model.threads);
+  if (Status st = prepare_kv_params(*loaded, &*kvp, threads); !st.is_ok())
+    return fail(st.message());
   ThreadPool pool(threads);
   std::fprintf(stderr, "perplexity: %zu tokens, chunks of %lld, %d threads\n", tokens.size(),
                (long long)a.n_ctx, threads);

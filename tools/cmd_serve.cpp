@@ -210,6 +210,12 @@ class Server {
     }
     auto kvp = kv_params(kv);
     if (!kvp) return send_error(res, 400, kvp.error(), "kv_policy"), false;
+    if (!attach_known_calibration(l_, &*kvp))
+      return send_error(res, 400,
+                        "kv_policy kvquant needs its calibration, which runs the model: start the "
+                        "server with --kv-policy kvquant (and the same --kv-bits / --kv-q)",
+                        "kv_policy"),
+             false;
     p->req.kv = *kvp;
     // The prompt.
     std::string text;
@@ -476,6 +482,9 @@ int run_serve(const ServeArgs& a) {
   std::string model_id = *path;
   if (const size_t slash = model_id.find_last_of('/'); slash != std::string::npos)
     model_id = model_id.substr(slash + 1);
+  // kvquant's calibration runs the model: at startup, before the scheduler does.
+  if (Status st = prepare_kv_params(*loaded, &*kvp, a.model.threads); !st.is_ok())
+    return fail(st.message());
   ThreadPool pool(resolve_threads(a.model.threads));
   Scheduler sched(*loaded->model, pool, so);
   Server server(a, std::move(*loaded), sched, model_id);

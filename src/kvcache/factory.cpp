@@ -1,10 +1,13 @@
 // make_kv_cache (see factory.h).
 #include "kvcache/factory.h"
 
+#include <fmt/format.h>
+
 #include "kvcache/budget.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/head_cache.h"
 #include "kvcache/kivi_cache.h"
+#include "kvcache/kvquant_cache.h"
 #include "kvcache/registry.h"
 #include "kvcache/routing_observer.h"
 #include "kvcache/tiered_cache.h"
@@ -27,6 +30,31 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
       return std::unique_ptr<SequenceKvCache>(
           new HeadKvCache(shape, n_ctx, p, *budget, row->make_policy(p)));
     case CacheKind::kQuantized: {
+      if (p.policy == "kvquant") {
+        KvQuantConfig c;
+        c.bits = p.bits;
+        c.sparsity = 1.0 - p.q;
+        c.first_fp16 = p.sink;
+        QEVICT_RETURN_IF_ERROR(c.validate());
+        if (p.dtype != HalfType::kF16)
+          return Status::error("kvquant keeps its parameters and first tokens in f16");
+        if (!p.trace_path.empty()) return Status::error("--kv-trace does not apply to kvquant");
+        const auto& cal = p.kvquant_calib;
+        if (!cal)
+          return Status::error(
+              "kvquant needs the model's calibration (made from a calibration text by "
+              "engine/kvquant_calibration.h; the CLI does it when --kv-policy kvquant is given)");
+        if (int(cal->size()) != shape.n_layers)
+          return Status::error(fmt::format("kvquant: the calibration has {} layers, the model {}",
+                                           cal->size(), shape.n_layers));
+        for (const KvQuantLayerCalib& l : *cal)
+          if (int(l.k_upper.size()) != shape.kv_width() ||
+              int(l.k_lower.size()) != shape.kv_width() ||
+              l.k_lut.size() != (size_t(1) << c.bits) || l.v_lut.size() != (size_t(1) << c.bits))
+            return Status::error(fmt::format(
+                "kvquant: the calibration does not fit this model or --kv-bits {}", c.bits));
+        return std::unique_ptr<SequenceKvCache>(new KvQuantCache(shape, n_ctx, c, cal));
+      }
       if (p.policy == "zipcache") {
         ZipCacheConfig c;
         c.lo_bits = p.bits;

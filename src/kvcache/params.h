@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/ops.h"
+#include "kvcache/policies/kvquant_policy.h"
 
 namespace qevict {
 
@@ -45,6 +48,9 @@ struct KvCacheParams {
   // init_snapkv, BASELINES.md), after which scores restart from that mass.
   int prefill_window = 0;
   std::string trace_path;  // --kv-trace: JSONL record per routing event and layer
+  // kvquant only: the model's calibration, one entry per layer (pre-RoPE key thresholds and
+  // levels; engine/kvquant_calibration.h fits it on a calibration text). Shared, read-only.
+  std::shared_ptr<const std::vector<KvQuantLayerCalib>> kvquant_calib;
 
   // Checks every field, and the policy's own rules (its registry row).
   Status validate() const;

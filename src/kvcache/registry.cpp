@@ -225,6 +225,34 @@ std::deque<PolicyInfo> built_ins() {
   }
   {
     PolicyInfo r;
+    r.name = "kvquant";
+    r.summary =
+        "KVQuant-3b: every token kept, pre-RoPE keys per channel and values per token at 3 bits "
+        "(--kv-bits) on calibrated non-uniform levels, 1 % outliers (--kv-q) exact, the first "
+        "token (--kv-sink) in f16; no budget, its byte point";
+    r.source =
+        "Hooper et al., NeurIPS 2024 (arXiv 2401.18079); SqueezeAILab/KVQuant "
+        "quant/kvquant/simquant_module_quantizer.py (SimQuant.quantize, quant_fn_nuq_recon, "
+        "get_outliers_dynamic), quant/llama_simquant.py (k_proj per channel, v_proj per token); "
+        "README recipe --abits 3 --nuq --include_sparse --sparsity-threshold 0.99";
+    r.kind = CacheKind::kQuantized;
+    r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
+      if (given.window || given.local || given.route_every)
+        return Status::error(
+            "--kv-window, --kv-local and --kv-route-every do not apply to kvquant (every token "
+            "quantized on arrival; --kv-bits: bits, --kv-q: outlier share, --kv-sink: f16 "
+            "first tokens)");
+      if (!given.bits) p->bits = 3;
+      if (!given.q) p->q = 0.01;     // sparsity threshold 0.99
+      if (!given.sink) p->sink = 1;  // --first_few_fp16 (DBRX recipe: 1)
+      p->local = 0;
+      p->window = 1;
+      return Status::ok();
+    };
+    rows.push_back(std::move(r));
+  }
+  {
+    PolicyInfo r;
     r.name = "zipcache";
     r.summary =
         "ZipCache: every token kept, the 40 % least salient per KV head (normalized attention "

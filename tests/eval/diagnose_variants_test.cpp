@@ -66,6 +66,32 @@ TEST(DiagnoseVariants, AcceptsTheIssue10Baselines) {
     EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
     EXPECT_EQ(r.position_tiers.size(), size_t(s.n_layers));
   }
+  {  // kvquant: its registry defaults; the cache needs the calibration that base carries
+    auto p = variant_params("kvquant", o);
+    ASSERT_TRUE(p.has_value()) << p.error();
+    EXPECT_EQ(p->bits, 3);
+    EXPECT_DOUBLE_EQ(p->q, 0.01);
+    EXPECT_EQ(p->sink, 1);
+    EXPECT_EQ(p->budget_fraction, 0.0);
+    EXPECT_FALSE(make_kv_cache(s, o.prefill + o.gen, *p).has_value());
+    KvQuantConfig c;
+    std::vector<float> k(size_t(64) * s.kv_width(), 0.0f), v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = float((i * 37) % 101) / 50.0f - 1.0f;
+      v[i] = float((i * 53) % 97) / 48.0f - 1.0f;
+    }
+    auto cal = std::make_shared<std::vector<KvQuantLayerCalib>>();
+    for (int l = 0; l < s.n_layers; ++l)
+      cal->push_back(kvquant_calibrate(c, k.data(), v.data(), 64, s.kv_width()));
+    o.base.kvquant_calib = cal;
+    p = variant_params("kvquant", o);
+    ASSERT_TRUE(p.has_value()) << p.error();
+    auto made = make_kv_cache(s, o.prefill + o.gen, *p);
+    ASSERT_TRUE(made.has_value()) << made.error();
+    KvReport r;
+    (*made)->report(&r, ReportDetail::kTiers);
+    EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
+  }
   auto bad = variant_params("snapkv-typo", o);
   EXPECT_FALSE(bad.has_value());
 }

@@ -8,7 +8,12 @@
 #include <random>
 
 #include "core/f16.h"
+#include "core/thread_pool.h"
+#include "kernels/rope.h"
+#include "kvcache/factory.h"
+#include "kvcache/kvquant_cache.h"
 #include "kvcache/policies/kvquant_policy.h"
+#include "kvcache/registry.h"
 
 namespace qevict {
 namespace {
@@ -215,6 +220,147 @@ TEST(KvQuant, LayerBytesCountWhatIsStored) {
   EXPECT_TRUE(c.validate().is_ok());
   c.bits = 5;
   EXPECT_FALSE(c.validate().is_ok());
+}
+
+}  // namespace
+}  // namespace qevict
+
+// ---- The cache (kvcache/kvquant_cache.h) ----
+
+namespace qevict {
+namespace {
+
+struct KvqCacheFixture {
+  KvShape s;
+  KvCacheParams p;
+  KvQuantConfig c;
+  KvqCacheFixture() {
+    s.n_layers = 2;
+    s.n_kv_heads = 2;
+    s.n_q_heads = 4;
+    s.head_dim = 16;
+    s.rope.n_rot = 16;
+    s.rope.freq_base = 10000.0f;
+    p.policy = "kvquant";
+    EXPECT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+    c.bits = p.bits;
+    c.sparsity = 1.0 - p.q;
+    c.first_fp16 = p.sink;
+    auto cal = std::make_shared<std::vector<KvQuantLayerCalib>>();
+    for (int l = 0; l < s.n_layers; ++l) {
+      const auto k = laplace_rows(200, s.kv_width(), 40 + l),
+                 v = laplace_rows(200, s.kv_width(), 50 + l);
+      cal->push_back(kvquant_calibrate(c, k.data(), v.data(), 200, s.kv_width()));
+    }
+    p.kvquant_calib = cal;
+  }
+};
+
+TEST(KvQuantCache, StoresPreRopeCodesAndDecodesEachKeyAtItsPosition) {
+  KvqCacheFixture f;
+  EXPECT_EQ(f.c.bits, 3);  // the registry's defaults: 3 bits, 1 % outliers, first token f16
+  EXPECT_EQ(f.c.first_fp16, 1);
+  auto made = make_kv_cache(f.s, 64, f.p);
+  ASSERT_TRUE(made.has_value()) << made.error();
+  auto* cache = dynamic_cast<KvQuantCache*>(made->get());
+  ASSERT_NE(cache, nullptr);
+  ThreadPool pool(1);
+  const int kvw = f.s.kv_width(), qw = f.s.q_width(), d = f.s.head_dim;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g;
+  std::vector<std::vector<float>> K(2), V(2);  // what the model gave, post-RoPE keys
+  for (int64_t n : {10, 1, 1, 5}) {
+    ASSERT_TRUE(cache->begin(n).is_ok());
+    for (int l = 0; l < 2; ++l) {
+      std::vector<float> q(size_t(n) * qw), k(size_t(n) * kvw), v(size_t(n) * kvw), out(q.size());
+      for (auto* x : {&q, &k, &v})
+        for (float& e : *x) e = g(rng);
+      cache->attend(l, q.data(), k.data(), v.data(), out.data(), pool);
+      for (float e : out) ASSERT_TRUE(std::isfinite(e));
+      K[size_t(l)].insert(K[size_t(l)].end(), k.begin(), k.end());
+      V[size_t(l)].insert(V[size_t(l)].end(), v.begin(), v.end());
+    }
+    ASSERT_TRUE(cache->commit().is_ok());
+  }
+  const int64_t n = cache->n_past();
+  ASSERT_EQ(n, 17);
+  const int half = d / 2;
+  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half)),
+      row(static_cast<size_t>(kvw)), dq(static_cast<size_t>(kvw)), scratch;
+  std::vector<uint8_t> codes(kvq_row_bytes(kvw, f.c.bits));
+  for (int l = 0; l < 2; ++l) {
+    const KvQuantLayerCalib& cal = (*f.p.kvquant_calib)[size_t(l)];
+    std::vector<float> ek, ev;
+    cache->export_layer(l, &ek, &ev);
+    ASSERT_EQ(int64_t(ek.size()), n * kvw);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* k = K[size_t(l)].data() + t * kvw;
+      const float* v = V[size_t(l)].data() + t * kvw;
+      if (t < f.c.first_fp16) {  // 16 bits, as given
+        for (int c = 0; c < kvw; ++c) {
+          ASSERT_EQ(ek[size_t(t * kvw + c)], f16_to_f32(f32_to_f16(k[c])));
+          ASSERT_EQ(ev[size_t(t * kvw + c)], f16_to_f32(f32_to_f16(v[c])));
+        }
+        continue;
+      }
+      // Expected key: rotate back (direct cos/sin), quantize, decode, rotate forward.
+      rope_cos_sin(f.s.rope, t, cs.data(), sn.data());
+      std::copy(k, k + kvw, row.begin());
+      rope_apply(f.s.rope, cs.data(), sn.data(), row.data(), f.s.n_kv_heads, d, d, true);
+      std::vector<KvqOutlier> ol;
+      kvquant_quantize_key(f.c, cal, row.data(), kvw, codes.data(), &ol);
+      kvquant_dequantize_key(f.c, cal, codes.data(), ol.data(), int(ol.size()), kvw, dq.data());
+      rope_apply(f.s.rope, cs.data(), sn.data(), dq.data(), f.s.n_kv_heads, d, d);
+      for (int c = 0; c < kvw; ++c)
+        ASSERT_NEAR(ek[size_t(t * kvw + c)], dq[size_t(c)], 2e-3f * (1 + std::fabs(dq[size_t(c)])))
+            << "layer " << l << " token " << t << " channel " << c;
+      std::vector<KvqOutlier> vo;
+      uint16_t o16, r16;
+      kvquant_quantize_value(f.c, cal, v, kvw, codes.data(), &o16, &r16, &vo, &scratch);
+      kvquant_dequantize_value(f.c, cal, codes.data(), o16, r16, vo.data(), int(vo.size()), kvw,
+                               dq.data());
+      for (int c = 0; c < kvw; ++c)
+        ASSERT_NEAR(ev[size_t(t * kvw + c)], dq[size_t(c)], 1e-3f * (1 + std::fabs(dq[size_t(c)])));
+    }
+    // Bytes: what the layer stores is exactly the formula's count.
+    EXPECT_EQ(cache->layer_bytes(l), kvquant_layer_bytes(f.c, n, cache->layer_outliers(l), kvw));
+  }
+  KvReport r;
+  cache->report(&r, ReportDetail::kSummary);
+  EXPECT_EQ(r.policy, "kvquant");
+  EXPECT_EQ(r.layers[0].windows_quant, n - 1);
+  EXPECT_GE(r.bytes_held, cache->layer_bytes(0) + cache->layer_bytes(1));
+  cache->clear();
+  EXPECT_EQ(cache->n_past(), 0);
+  EXPECT_EQ(cache->layer_bytes(0), 0u);
+}
+
+TEST(KvQuantCache, NeedsAFittingCalibrationAndRefusesOtherPoliciesFlags) {
+  KvqCacheFixture f;
+  KvCacheParams p = f.p;
+  p.kvquant_calib.reset();
+  auto m = make_kv_cache(f.s, 64, p);
+  ASSERT_FALSE(m.has_value());
+  EXPECT_NE(m.error().find("calibration"), std::string::npos) << m.error();
+  KvShape other = f.s;
+  other.n_layers = 3;
+  m = make_kv_cache(other, 64, f.p);
+  ASSERT_FALSE(m.has_value());
+  EXPECT_NE(m.error().find("3"), std::string::npos) << m.error();
+  p = f.p;
+  p.bits = 4;  // levels fitted for 3 bits
+  m = make_kv_cache(f.s, 64, p);
+  ASSERT_FALSE(m.has_value());
+  KvCacheParams q;
+  q.policy = "kvquant";
+  KvParamsGiven given;
+  given.window = true;
+  EXPECT_FALSE(apply_policy_defaults(&q, given).is_ok());
+  q = KvCacheParams{};
+  q.policy = "qevict";
+  q.bits = 3;
+  q.budget_fraction = 0.2;
+  EXPECT_FALSE(q.validate().is_ok());  // 3 bits are kvquant's only
 }
 
 }  // namespace

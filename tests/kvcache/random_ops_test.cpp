@@ -32,6 +32,7 @@
 #include "common/bytes_bound.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
+#include "kvcache/kvquant_cache.h"
 #include "kvcache/registry.h"
 
 namespace qevict {
@@ -116,6 +117,24 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
       p.prefill_route = rng() % 2 ? "chunk" : "end";
       given.prefill_route = true;
     }
+  } else if (row.name == "kvquant") {  // no budget: bits, outlier share, f16 first tokens
+    p.bits = 2 + int(rng() % 3);
+    p.q = std::array<double, 3>{0.0, 0.01, 0.1}[rng() % 3];
+    p.sink = int(rng() % 3);
+    given.bits = given.q = given.sink = true;
+    // A calibration from random pre-RoPE keys and values of the test's scale.
+    KvQuantConfig kc;
+    kc.bits = p.bits;
+    kc.sparsity = 1.0 - p.q;
+    auto cal = std::make_shared<std::vector<KvQuantLayerCalib>>();
+    const int64_t n_cal = 48;
+    std::vector<float> ck(size_t(n_cal) * s.kv_width()), cv(ck.size());
+    for (int l = 0; l < s.n_layers; ++l) {
+      fill_normal(rng, 2.0f, &ck);
+      fill_normal(rng, 1.0f, &cv);
+      cal->push_back(kvquant_calibrate(kc, ck.data(), cv.data(), n_cal, s.kv_width()));
+    }
+    p.kvquant_calib = cal;
   } else if (row.kind == CacheKind::kQuantized) {  // a quantizer (KIVI): no budget, its groups
     p.value_group = std::array<int, 3>{8, 16, 32}[rng() % 3];
     p.local = p.value_group * (1 + int(rng() % 2));
@@ -171,6 +190,7 @@ class SequenceCheck {
     auto made = make_kv_cache(s_, cfg_.n_ctx, cfg_.p);
     if (!made.has_value()) return false;
     c_ = std::move(*made);
+    kvq_ = dynamic_cast<KvQuantCache*>(c_.get());
     wo_ = std::make_unique<RandomWo>(s_, 12, rng_);
     const KvReport r0 = report_of(*c_);
     b_ = r0.budget;
@@ -236,7 +256,8 @@ class SequenceCheck {
     ASSERT_TRUE(c_->begin(n).is_ok()) << where();
     // KIVI quantizes a pending prompt when the first decode step begins (its reference
     // attends over the quantized prompt from the first decode token on).
-    if (b_.kind == CacheKind::kQuantized && report_of(*c_).total().windows_quant > 0) lossy_ = true;
+    if (b_.kind == CacheKind::kQuantized && !kvq_ && report_of(*c_).total().windows_quant > 0)
+      lossy_ = true;
     c_->set_output_projection(&wo_->proj);
     const int qw = s_.q_width(), kvw = s_.kv_width();
     // The queries whose outputs are compared: the call's last token and one other.
@@ -248,7 +269,12 @@ class SequenceCheck {
       fill_normal(rng_, 1.0f, &v);
       std::vector<float> out(q.size(), NAN);
       c_->attend(l, q.data(), k.data(), v.data(), out.data(), pool);
-      keep(l, k, v);
+      // KVQuant quantizes a token before it attends: the reference is attention over what
+      // the cache holds, decoded (keys post-RoPE).
+      if (kvq_)
+        kvq_->export_layer(l, &K_[size_t(l)], &V_[size_t(l)]);
+      else
+        keep(l, k, v);
       for (float x : out) ASSERT_TRUE(std::isfinite(x)) << "layer " << l << " " << where();
       if (!lossy_) {
         check_attention(l, n, t_last, before, q, out);
@@ -342,7 +368,7 @@ class SequenceCheck {
       ADD_FAILURE() << "a prefill chunk under --prefill-route chunk did not route, " << where();
     }
     const KvLayerReport tot = rep.total();
-    if (tot.windows_quant > 0 || tot.quantizations > 0) lossy_ = true;
+    if ((tot.windows_quant > 0 || tot.quantizations > 0) && !kvq_) lossy_ = true;
 
     // Tier map: one entry per position; evicted positions stay evicted.
     const size_t units = size_t(s_.n_layers) * (per_head() ? s_.n_kv_heads : 1);
@@ -447,6 +473,7 @@ class SequenceCheck {
   int64_t exact_checks_ = 0;
   int64_t n_past_ = 0, since_ = 0, query_tokens_ = 0, events_ = 0;
   bool lossy_ = false, pending_ = false;
+  KvQuantCache* kvq_ = nullptr;            // the cache, when it is KVQuant's
   std::vector<std::vector<float>> K_, V_;  // [layer] 16-bit-rounded [position][kv_width]
   std::vector<std::vector<bool>> evicted_;
 };

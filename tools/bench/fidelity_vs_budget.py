@@ -8,7 +8,7 @@ score. FullKV's logits are saved once (--logits-out); every variant is compared 
 agreement. Variants (--variants): qevict (F + Q + E, q = 0.70), the two-tier cache with the
 same windows (--kv-q 0, F + E), StreamingLLM (sink + recent) and H2O (heavy hitters + recent,
 per head), each with its authors' defaults, at every budget (equal bytes per layer). The
-quantizers (kivi-2, kivi-4, zipcache) keep every token and cannot meet a budget: each runs
+quantizers (kivi-2, kivi-4, zipcache, kvquant-3) keep every token and cannot meet a budget: each runs
 once, at the byte point its settings give (its stored bytes / FullKV's f16 bytes, from --kv-stats).
 
     python=$(tools/venv.sh)
@@ -84,13 +84,14 @@ def main():
              # (issue 10), placed at that point (stored bytes / FullKV's f16 bytes).
              "kivi-2": ("kivi-2", ["--kv-policy", "kivi", "--kv-bits", "2"]),
              "kivi-4": ("kivi-4", ["--kv-policy", "kivi", "--kv-bits", "4"]),
-             "zipcache": ("zipcache 4/2", ["--kv-policy", "zipcache"])}
+             "zipcache": ("zipcache 4/2", ["--kv-policy", "zipcache"]),
+             "kvquant-3": ("kvquant-3", ["--kv-policy", "kvquant"])}
     for pol in ("snapkv", "pyramidkv", "adakv", "criticalkv", "criticaladakv", "defensivekv",
                 "layer-defensivekv"):
         known[pol] = (pol, ["--kv-policy", pol])
     if a.variants == "all":
         a.variants = ",".join(known)
-    quantizers = {"kivi-2", "kivi-4", "zipcache 4/2"}
+    quantizers = {"kivi-2", "kivi-4", "zipcache 4/2", "kvquant-3"}
     variants = [known[v] for v in a.variants.split(",")]
     runs = [(float(b), name, flags) for b in a.budgets.split(",") for name, flags in variants
             if name not in quantizers]

@@ -1,0 +1,218 @@
+// The KVQuant cache (see kvquant_cache.h): quantize on arrival, decode a layer for attention.
+#include "kvcache/kvquant_cache.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/f16.h"
+
+namespace qevict {
+
+namespace {
+
+// Grows v to hold `size` elements, in steps of 64 tokens of `per_token` elements.
+template <class T>
+void grow(std::vector<T>& v, size_t size, size_t per_token) {
+  if (v.capacity() < size) v.reserve(size + 64 * per_token);
+}
+
+}  // namespace
+
+KvQuantCache::KvQuantCache(const KvShape& shape, int64_t n_ctx, const KvQuantConfig& c,
+                           std::shared_ptr<const std::vector<KvQuantLayerCalib>> cal)
+    : shape_(shape),
+      n_ctx_(n_ctx),
+      c_(c),
+      cal_(std::move(cal)),
+      rope_(shape.rope, shape.head_dim, n_ctx),
+      layers_(size_t(shape.n_layers)) {}
+
+Status KvQuantCache::begin(int64_t n_new) {
+  QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
+  n_new_ = n_new;
+  return Status::ok();
+}
+
+void KvQuantCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
+                          ThreadPool& pool) {
+  Layer& L = layers_[size_t(layer)];
+  const KvQuantLayerCalib& cal = (*cal_)[size_t(layer)];
+  const int kvw = shape_.kv_width(), hkv = shape_.n_kv_heads, d = shape_.head_dim;
+  const size_t rb = kvq_row_bytes(kvw, c_.bits);
+  const int half = std::max(1, shape_.rope.n_rot / 2);
+  row_.resize(size_t(kvw));
+  cs_.resize(size_t(half) * 2);
+  for (int64_t i = 0; i < n_new_; ++i) {
+    const int64_t pos = n_past_ + i;
+    const float* ki = k + i * kvw;
+    const float* vi = v + i * kvw;
+    if (pos < c_.first_fp16) {  // the attention sink stays in 16 bits
+      for (auto [dst, src] : {std::pair{&L.k_first, ki}, std::pair{&L.v_first, vi}}) {
+        const size_t off = dst->size();
+        dst->resize(off + size_t(kvw));
+        f32_to_half(HalfType::kF16, src, dst->data() + off, kvw);
+      }
+      continue;
+    }
+    // The reference quantizes the k_proj output: undo this position's rotation.
+    std::memcpy(row_.data(), ki, size_t(kvw) * sizeof(float));
+    rope_.cos_sin(pos, cs_.data(), cs_.data() + half);
+    rope_apply(shape_.rope, cs_.data(), cs_.data() + half, row_.data(), hkv, d, d,
+               /*inverse=*/true);
+    const size_t m = L.k_cnt.size();
+    grow(L.k_codes, (m + 1) * rb, rb);
+    grow(L.v_codes, (m + 1) * rb, rb);
+    grow(L.v_par, (m + 1) * 2, 2);
+    grow(L.k_cnt, m + 1, 1);
+    grow(L.v_cnt, m + 1, 1);
+    L.k_codes.resize((m + 1) * rb);
+    L.v_codes.resize((m + 1) * rb);
+    L.v_par.resize((m + 1) * 2);
+    const size_t k0 = L.k_out.size(), v0 = L.v_out.size();
+    kvquant_quantize_key(c_, cal, row_.data(), kvw, L.k_codes.data() + m * rb, &L.k_out);
+    kvquant_quantize_value(c_, cal, vi, kvw, L.v_codes.data() + m * rb, &L.v_par[m * 2],
+                           &L.v_par[m * 2 + 1], &L.v_out, &vscr_);
+    L.k_cnt.push_back(uint16_t(L.k_out.size() - k0));
+    L.v_cnt.push_back(uint16_t(L.v_out.size() - v0));
+  }
+  decode_layer(layer, n_past_ + n_new_);
+  scr_.attend(HalfType::kF16, q, n_new_, n_past_, out, pool);
+}
+
+void KvQuantCache::decode_layer(int layer, int64_t n) {
+  const Layer& L = layers_[size_t(layer)];
+  const KvQuantLayerCalib& cal = (*cal_)[size_t(layer)];
+  const int kvw = shape_.kv_width(), hkv = shape_.n_kv_heads, d = shape_.head_dim;
+  const size_t rb = kvq_row_bytes(kvw, c_.bits);
+  const int half = std::max(1, shape_.rope.n_rot / 2);
+  scr_.resize(shape_, n);
+  const int64_t first = std::min<int64_t>(n, c_.first_fp16);
+  for (int64_t t = 0; t < first; ++t)
+    for (int h = 0; h < hkv; ++h) {
+      std::memcpy(scr_.k_row(h, t), L.k_first.data() + size_t(t) * kvw + size_t(h) * d,
+                  size_t(d) * 2);
+      std::memcpy(scr_.v_row(h, t), L.v_first.data() + size_t(t) * kvw + size_t(h) * d,
+                  size_t(d) * 2);
+    }
+  row_.resize(size_t(kvw));
+  row2_.resize(size_t(kvw));
+  cs_.resize(size_t(half) * 2);
+  const KvqOutlier* ko = L.k_out.data();
+  const KvqOutlier* vo = L.v_out.data();
+  for (int64_t t = first; t < n; ++t) {
+    const size_t j = size_t(t - first);
+    kvquant_dequantize_key(c_, cal, L.k_codes.data() + j * rb, ko, L.k_cnt[j], kvw, row_.data());
+    kvquant_dequantize_value(c_, cal, L.v_codes.data() + j * rb, L.v_par[j * 2], L.v_par[j * 2 + 1],
+                             vo, L.v_cnt[j], kvw, row2_.data());
+    ko += L.k_cnt[j];
+    vo += L.v_cnt[j];
+    rope_.cos_sin(t, cs_.data(), cs_.data() + half);
+    rope_apply(shape_.rope, cs_.data(), cs_.data() + half, row_.data(), hkv, d, d);
+    for (int h = 0; h < hkv; ++h) {
+      f32_to_half(HalfType::kF16, row_.data() + size_t(h) * d, scr_.k_row(h, t), d);
+      f32_to_half(HalfType::kF16, row2_.data() + size_t(h) * d, scr_.v_row(h, t), d);
+    }
+  }
+}
+
+Status KvQuantCache::commit() {
+  if (n_new_ > 1) scr_.trim();
+  n_past_ += n_new_;
+  n_new_ = 0;
+  peak_ = std::max(peak_, bytes_held());
+  return Status::ok();
+}
+
+void KvQuantCache::clear() {
+  for (Layer& L : layers_) {
+    L.k_first.clear();
+    L.v_first.clear();
+    L.k_codes.clear();
+    L.v_codes.clear();
+    L.v_par.clear();
+    L.k_cnt.clear();
+    L.v_cnt.clear();
+    L.k_out.clear();
+    L.v_out.clear();
+  }
+  n_past_ = n_new_ = 0;
+}
+
+size_t KvQuantCache::layer_bytes(int l) const {
+  const Layer& L = layers_[size_t(l)];
+  return (L.k_first.size() + L.v_first.size() + L.v_par.size() + L.k_cnt.size() + L.v_cnt.size()) *
+             sizeof(uint16_t) +
+         L.k_codes.size() + L.v_codes.size() +
+         (L.k_out.size() + L.v_out.size()) * sizeof(KvqOutlier);
+}
+
+int64_t KvQuantCache::layer_outliers(int l) const {
+  const Layer& L = layers_[size_t(l)];
+  return int64_t(L.k_out.size() + L.v_out.size());
+}
+
+size_t KvQuantCache::bytes_held() const {
+  size_t b = 0;
+  for (const Layer& L : layers_)
+    b += (L.k_first.capacity() + L.v_first.capacity() + L.v_par.capacity() + L.k_cnt.capacity() +
+          L.v_cnt.capacity()) *
+             sizeof(uint16_t) +
+         L.k_codes.capacity() + L.v_codes.capacity() +
+         (L.k_out.capacity() + L.v_out.capacity()) * sizeof(KvqOutlier);
+  return b + scr_.bytes() + rope_.bytes() +
+         (row_.capacity() + row2_.capacity() + cs_.capacity() + vscr_.capacity()) * sizeof(float);
+}
+
+std::string KvQuantCache::describe() const {
+  return fmt::format(
+      "kvquant {}-bit non-uniform (calibrated levels), pre-RoPE keys per channel, values per "
+      "token, {:.1f} % dense-and-sparse outliers, first {} token(s) in f16",
+      c_.bits, (1.0 - c_.sparsity) * 100, c_.first_fp16);
+}
+
+void KvQuantCache::report(KvReport* out, ReportDetail detail) const {
+  *out = KvReport();
+  out->policy = "kvquant";
+  out->describe = describe();
+  out->budget.kind = CacheKind::kQuantized;
+  out->budget.token_bytes = shape_.token_bytes();
+  out->bytes_held = bytes_held();
+  out->peak_bytes_held = std::max(peak_, out->bytes_held);
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    KvLayerReport r;
+    r.windows_quant = int64_t(L.k_cnt.size());    // tokens quantized
+    r.windows_local = n_past_ - r.windows_quant;  // tokens in f16
+    r.quantizations = layer_outliers(l);          // outliers kept exactly
+    r.bytes_full = (L.k_first.size() + L.v_first.size()) * sizeof(uint16_t);
+    r.bytes_quant = layer_bytes(l) - r.bytes_full;
+    r.bytes_budgeted = r.bytes_quant + r.bytes_full;
+    r.bytes_allocated = r.bytes_budgeted;
+    out->layers.push_back(r);
+  }
+  if (detail != ReportDetail::kTiers) return;
+  for (const Layer& L : layers_) {
+    std::vector<Tier> t(size_t(n_past_), Tier::kQuant);
+    for (int64_t p = 0; p < n_past_ - int64_t(L.k_cnt.size()); ++p) t[size_t(p)] = Tier::kLocal;
+    out->position_tiers.push_back(std::move(t));
+  }
+}
+
+void KvQuantCache::export_layer(int l, std::vector<float>* k, std::vector<float>* v) {
+  const Layer& L = layers_[size_t(l)];
+  const int kvw = shape_.kv_width(), d = shape_.head_dim;
+  const int64_t n = int64_t(L.k_first.size()) / kvw + int64_t(L.k_cnt.size());
+  decode_layer(l, n);
+  k->assign(size_t(n) * kvw, 0.0f);
+  v->assign(size_t(n) * kvw, 0.0f);
+  for (int64_t t = 0; t < n; ++t)
+    for (int h = 0; h < shape_.n_kv_heads; ++h)
+      for (int c = 0; c < d; ++c) {
+        (*k)[size_t(t) * kvw + size_t(h) * d + c] = f16_to_f32(scr_.k_row(h, t)[c]);
+        (*v)[size_t(t) * kvw + size_t(h) * d + c] = f16_to_f32(scr_.v_row(h, t)[c]);
+      }
+}
+
+}  // namespace qevict
