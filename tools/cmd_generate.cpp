@@ -79,6 +79,9 @@ int run_generate(const GenerateArgs& a) {
     return fail(fmt::format("prompt ({} tokens) + -n {} exceeds the context -c {}",
                             req.prompt.size(), a.n_predict, a.n_ctx));
 
+  const int threads = resolve_threads(a.model.threads);
+  if (Status st = prepare_kv_params(*loaded, &*kvp, threads); !st.is_ok())
+    return fail(st.message());
   // The cache holds prompt + generated tokens; a budget fraction is of that full cache (SPEC §3).
   auto cache_or = make_kv_cache(model.kv_shape(), int64_t(req.prompt.size()) + a.n_predict, *kvp);
   if (!cache_or) return fail(cache_or.error());
@@ -91,9 +94,6 @@ int run_generate(const GenerateArgs& a) {
     for (int32_t id = 0; id < tok.n_vocab(); ++id)
       if (tok.is_eog(id)) req.stop_tokens.push_back(id);
 
-  const int threads = resolve_threads(a.model.threads);
-  if (Status st = prepare_kv_params(*loaded, &*kvp, threads); !st.is_ok())
-    return fail(st.message());
   ThreadPool pool(threads);
   std::vector<GenerationRequest> reqs{std::move(req)};
   GenerateOptions go;
