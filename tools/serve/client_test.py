@@ -164,6 +164,8 @@ try:
     bad_request("unknown field", extra_body={"frobnicate": 1})
     bad_request("wrong type", extra_body={"max_tokens": "ten"})
     bad_request("unknown kv_policy", extra_body={"kv_policy": "nope"})
+    bad_request("kvquant on a server not started with it (its calibration runs the model)",
+                extra_body={"kv_policy": "kvquant"})
     bad_request("kv_budget out of range", extra_body={"kv_budget": 3})
     bad_request("ignore_eos not a boolean", extra_body={"ignore_eos": 1})
     bad_request("include_usage not a boolean", extra_body={"stream_options": {"include_usage": 1}})
