@@ -236,13 +236,7 @@ std::string KiviKvCache::describe() const {
 }
 
 void KiviKvCache::report(KvReport* out, ReportDetail detail) const {
-  *out = KvReport();
-  out->policy = "kivi";
-  out->describe = describe();
-  out->budget.kind = CacheKind::kQuantized;
-  out->budget.token_bytes = shape_.token_bytes();
-  out->bytes_held = bytes_held();
-  out->peak_bytes_held = std::max(peak_, out->bytes_held);
+  *out = quantizer_report("kivi", describe(), shape_, bytes_held(), peak_);
   for (const Layer& L : layers_) {
     KvLayerReport r;
     r.windows_quant = L.kq;             // tokens whose keys are quantized

@@ -30,6 +30,18 @@ Status check_begin(int64_t n_past, int64_t n_new, int64_t n_ctx) {
   return Status::ok();
 }
 
+KvReport quantizer_report(const std::string& policy, const std::string& describe,
+                          const KvShape& shape, size_t bytes_held, size_t peak) {
+  KvReport r;
+  r.policy = policy;
+  r.describe = describe;
+  r.budget.kind = CacheKind::kQuantized;
+  r.budget.token_bytes = shape.token_bytes();
+  r.bytes_held = bytes_held;
+  r.peak_bytes_held = std::max(peak, bytes_held);
+  return r;
+}
+
 }  // namespace qevict
 
 namespace qevict {

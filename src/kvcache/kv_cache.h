@@ -26,6 +26,11 @@ namespace qevict {
 // The check every cache's begin() makes: at least one token, and room for it in n_ctx.
 Status check_begin(int64_t n_past, int64_t n_new, int64_t n_ctx);
 
+// The common head of a quantizer's report (KIVI, ZipCache, KVQuant: every token kept, no
+// budget): its name and description, kind kQuantized, bytes held and the most held (peak).
+KvReport quantizer_report(const std::string& policy, const std::string& describe,
+                          const KvShape& shape, size_t bytes_held, size_t peak);
+
 // A model's attention output projections, for policies that score tokens by their
 // value-projected norms (CriticalKV): wo[l] is layer l's W_O, n_embd rows of
 // n_q_heads · head_dim columns (a GGUF weight, not owned).

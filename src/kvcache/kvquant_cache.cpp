@@ -173,13 +173,7 @@ std::string KvQuantCache::describe() const {
 }
 
 void KvQuantCache::report(KvReport* out, ReportDetail detail) const {
-  *out = KvReport();
-  out->policy = "kvquant";
-  out->describe = describe();
-  out->budget.kind = CacheKind::kQuantized;
-  out->budget.token_bytes = shape_.token_bytes();
-  out->bytes_held = bytes_held();
-  out->peak_bytes_held = std::max(peak_, out->bytes_held);
+  *out = quantizer_report("kvquant", describe(), shape_, bytes_held(), peak_);
   for (int l = 0; l < shape_.n_layers; ++l) {
     const Layer& L = layers_[size_t(l)];
     KvLayerReport r;

@@ -257,13 +257,7 @@ std::string ZipKvCache::describe() const {
 }
 
 void ZipKvCache::report(KvReport* out, ReportDetail detail) const {
-  *out = KvReport();
-  out->policy = "zipcache";
-  out->describe = describe();
-  out->budget.kind = CacheKind::kQuantized;
-  out->budget.token_bytes = shape_.token_bytes();
-  out->bytes_held = bytes_held();
-  out->peak_bytes_held = std::max(peak_, out->bytes_held);
+  *out = quantizer_report("zipcache", describe(), shape_, bytes_held(), peak_);
   out->routing_events = requantizations_ / std::max(1, shape_.n_layers);
   for (int l = 0; l < shape_.n_layers; ++l) {
     const Layer& L = layers_[size_t(l)];

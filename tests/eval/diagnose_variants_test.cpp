@@ -34,37 +34,32 @@ TEST(DiagnoseVariants, AcceptsTheIssue10Baselines) {
       EXPECT_GT(r.budget.head_heavy, 0) << name;
     }
   }
-  // A quantizer runs at its byte point: the run's budget is not passed on (it would be refused).
-  for (const char* route : {"chunk", "end"}) {
+  // A quantizer runs at its byte point: the run's budget is not passed on (it would be refused),
+  // the run's prefill route is.
+  auto quantizer = [&](const char* name, const char* route) -> KvCacheParams {
     o.base.prefill_route = route;
-    auto p = variant_params("kivi", o);
-    ASSERT_TRUE(p.has_value()) << p.error();
-    EXPECT_EQ(p->policy, "kivi");
-    EXPECT_EQ(p->prefill_route, route);
-    EXPECT_EQ(p->budget_fraction, 0.0);
-    EXPECT_EQ(p->local, 128);
-    EXPECT_EQ(p->value_group, 32);
+    auto p = variant_params(name, o);
+    EXPECT_TRUE(p.has_value()) << name << ": " << p.error();
+    if (!p) return {};
+    EXPECT_EQ(p->policy, name);
+    EXPECT_EQ(p->prefill_route, route) << name;
+    EXPECT_EQ(p->budget_fraction, 0.0) << name;
     auto c = make_kv_cache(s, o.prefill + o.gen, *p);
-    ASSERT_TRUE(c.has_value()) << c.error();
+    EXPECT_TRUE(c.has_value()) << name << ": " << c.error();
+    if (!c) return *p;
     KvReport r;
     (*c)->report(&r, ReportDetail::kTiers);
-    EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
-    EXPECT_EQ(r.position_tiers.size(), size_t(s.n_layers));
-  }
+    EXPECT_EQ(r.budget.kind, CacheKind::kQuantized) << name;
+    EXPECT_EQ(r.position_tiers.size(), size_t(s.n_layers)) << name;
+    return *p;
+  };
   for (const char* route : {"chunk", "end"}) {
-    o.base.prefill_route = route;
-    auto p = variant_params("zipcache", o);
-    ASSERT_TRUE(p.has_value()) << p.error();
-    EXPECT_EQ(p->prefill_route, route);
-    EXPECT_EQ(p->budget_fraction, 0.0);
-    EXPECT_EQ(p->route_every, 100);
-    EXPECT_DOUBLE_EQ(p->q, 0.4);
-    auto c = make_kv_cache(s, o.prefill + o.gen, *p);
-    ASSERT_TRUE(c.has_value()) << c.error();
-    KvReport r;
-    (*c)->report(&r, ReportDetail::kTiers);
-    EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
-    EXPECT_EQ(r.position_tiers.size(), size_t(s.n_layers));
+    const KvCacheParams kivi = quantizer("kivi", route);
+    EXPECT_EQ(kivi.local, 128);
+    EXPECT_EQ(kivi.value_group, 32);
+    const KvCacheParams zip = quantizer("zipcache", route);
+    EXPECT_EQ(zip.route_every, 100);
+    EXPECT_DOUBLE_EQ(zip.q, 0.4);
   }
   {  // kvquant: its registry defaults; the cache needs the calibration that base carries
     auto p = variant_params("kvquant", o);
@@ -84,13 +79,7 @@ TEST(DiagnoseVariants, AcceptsTheIssue10Baselines) {
     for (int l = 0; l < s.n_layers; ++l)
       cal->push_back(kvquant_calibrate(c, k.data(), v.data(), 64, s.kv_width()));
     o.base.kvquant_calib = cal;
-    p = variant_params("kvquant", o);
-    ASSERT_TRUE(p.has_value()) << p.error();
-    auto made = make_kv_cache(s, o.prefill + o.gen, *p);
-    ASSERT_TRUE(made.has_value()) << made.error();
-    KvReport r;
-    (*made)->report(&r, ReportDetail::kTiers);
-    EXPECT_EQ(r.budget.kind, CacheKind::kQuantized);
+    for (const char* route : {"chunk", "end"}) quantizer("kvquant", route);
   }
   auto bad = variant_params("snapkv-typo", o);
   EXPECT_FALSE(bad.has_value());
