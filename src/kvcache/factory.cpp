@@ -63,7 +63,10 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
         QEVICT_RETURN_IF_ERROR(c.validate());
         if (p.dtype != HalfType::kF16)
           return Status::error("zipcache keeps its buffer and parameters in f16, as the reference");
-        if (!p.trace_path.empty()) return Status::error("--kv-trace does not apply to zipcache");
+        if (!p.trace_path.empty() && p.prefill_route != "end")
+          return Status::error(
+              "--kv-trace DIR with zipcache dumps the prompt's rule at its end: it needs "
+              "--prefill-route end");
         return std::unique_ptr<SequenceKvCache>(new ZipKvCache(shape, n_ctx, p, c));
       }
       const KiviConfig c{p.bits, p.value_group, p.local};

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/f16.h"
+#include "core/npy.h"
 #include "kernels/ops.h"
 
 namespace qevict {
@@ -19,7 +20,8 @@ ZipKvCache::ZipKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams&
       n_ctx_(n_ctx),
       c_(c),
       route_chunk_(p.prefill_route == "chunk"),
-      layers_(size_t(shape.n_layers)) {
+      layers_(size_t(shape.n_layers)),
+      dump_dir_(p.trace_path) {
   for (Layer& L : layers_) {
     L.imp.resize(size_t(shape.n_kv_heads));
     L.unimp.resize(size_t(shape.n_kv_heads));
@@ -48,7 +50,7 @@ void ZipKvCache::dequantize_layer(const Layer& L, int64_t n) {
         uint16_t* vd = scr_.v_row(h, ids[size_t(j)]);
         for (int ch = 0; ch < d; ++ch) {
           kd[ch] = f32_to_f16(zip_dequant_key(ks, j, h * d + ch));
-          vd[ch] = f32_to_f16(zip_dequant_value(vs, j, h * d + ch));
+          vd[ch] = f32_to_f16(zip_dequant_value(vs, L.v_scale.data(), j, h * d + ch));
         }
       }
     }
@@ -111,7 +113,17 @@ void ZipKvCache::requantize(Layer& L, int64_t n, const std::vector<float>& sal) 
       if (!is_unimp[size_t(i)]) L.imp[size_t(h)].push_back(int32_t(L.nq) + i);
   }
   // Every token again from the scratch (the quantized ones dequantized: the reference
-  // decompresses and compresses the whole cache).
+  // decompresses and compresses the whole cache). The values' column scales span all of them.
+  // (zip_value_scale's rule, read from the f16 scratch without an f32 copy of the layer.)
+  std::vector<float> amax(static_cast<size_t>(kvw), 0.0f);
+  for (int h = 0; h < hkv; ++h)
+    for (int64_t t = 0; t < n; ++t) {
+      const uint16_t* v = scr_.v_row(h, t);
+      for (int ch = 0; ch < d; ++ch)
+        amax[size_t(h) * d + ch] = std::max(amax[size_t(h) * d + ch], std::fabs(f16_to_f32(v[ch])));
+    }
+  L.v_scale.resize(size_t(kvw));
+  for (int c = 0; c < kvw; ++c) L.v_scale[size_t(c)] = f32_to_f16(std::sqrt(amax[size_t(c)]));
   for (int set = 0; set < 2; ++set) {
     const auto& lists = set == 0 ? L.imp : L.unimp;
     const int bits = set == 0 ? c_.hi_bits : c_.lo_bits;
@@ -125,7 +137,7 @@ void ZipKvCache::requantize(Layer& L, int64_t n, const std::vector<float>& sal) 
                               : scr_.v_row(h, lists[size_t(h)][size_t(j)]),
                       rows_.data() + size_t(j) * kvw + size_t(h) * d, d);
       ZipSet s = kv == 0 ? zip_quantize_keys(rows_.data(), rows, kvw, bits)
-                         : zip_quantize_values(rows_.data(), rows, kvw, bits);
+                         : zip_quantize_values(rows_.data(), rows, kvw, bits, L.v_scale.data());
       (kv == 0 ? (set == 0 ? L.k_imp : L.k_unimp) : (set == 0 ? L.v_imp : L.v_unimp)) =
           std::move(s);
     }
@@ -154,6 +166,10 @@ void ZipKvCache::attend(int layer, const float* q, const float* k, const float* 
   scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
 
   if (n_new_ > 1) {  // a prompt call: keep the queries that can still be probes
+    if (!dump_dir_.empty() && !dumped_) {
+      dump_q_.resize(size_t(shape_.n_layers));
+      dump_q_[size_t(layer)].insert(dump_q_[size_t(layer)].end(), q, q + n_new_ * qw);
+    }
     if (L.ring.empty() && L.saliency.empty()) L.ring_pos0 = n_past_;
     const size_t off = L.ring.size();
     L.ring.resize(off + size_t(n_new_) * qw);
@@ -187,8 +203,16 @@ Status ZipKvCache::end_prompt() {
   const int hkv = shape_.n_kv_heads, qw = shape_.q_width();
   const int64_t n = n_past_;
   std::vector<float> qrow(static_cast<size_t>(qw));
+  const bool dump = !dump_dir_.empty() && !dumped_;
+  std::vector<std::vector<float>> k_in, v_in;  // the prompt as buffered (for the dump)
   for (int l = 0; l < shape_.n_layers; ++l) {
     Layer& L = layers_[size_t(l)];
+    if (dump) {
+      k_in.emplace_back(L.k_buf.size());
+      v_in.emplace_back(L.v_buf.size());
+      half_to_f32(dtype_, L.k_buf.data(), k_in.back().data(), int64_t(L.k_buf.size()));
+      half_to_f32(dtype_, L.v_buf.data(), v_in.back().data(), int64_t(L.v_buf.size()));
+    }
     dequantize_layer(L, n);
     L.saliency.resize(size_t(n - L.nq) * hkv, 0.0f);
     advance_ring(l, L, n);  // the random probes before the last 5 %
@@ -208,6 +232,75 @@ Status ZipKvCache::end_prompt() {
     L.v_buf.shrink_to_fit();
   }
   prompt_pending_ = false;
+  if (!dump) return Status::ok();
+  dumped_ = true;
+  const Status st = dump_prompt(k_in, v_in);
+  std::vector<std::vector<float>>().swap(dump_q_);
+  return st;
+}
+
+Status ZipKvCache::dump_prompt(const std::vector<std::vector<float>>& k_in,
+                               const std::vector<std::vector<float>>& v_in) const {
+  const int hkv = shape_.n_kv_heads, kvw = shape_.kv_width(), qw = shape_.q_width();
+  auto write = [&](int l, const std::string& what, const std::vector<float>& x,
+                   int64_t cols) -> Status {
+    NpyWriter w;
+    QEVICT_RETURN_IF_ERROR(w.open(fmt::format("{}/zip_L{}_{}.npy", dump_dir_, l, what), cols));
+    QEVICT_RETURN_IF_ERROR(w.append_rows(x.data(), cols ? int64_t(x.size()) / cols : 0));
+    return w.close();
+  };
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    if (int64_t(k_in[size_t(l)].size()) != L.nq * kvw)
+      return Status::error(
+          "--kv-trace with zipcache dumps one whole prompt (use --prefill-route end)");
+    QEVICT_RETURN_IF_ERROR(write(l, "k_in", k_in[size_t(l)], kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "v_in", v_in[size_t(l)], kvw));
+    // Every query row, and the probes the rule used: the last 5 % and the random ones before.
+    std::vector<float> pos;
+    for (int64_t t = 0; t < L.nq; ++t)
+      if (t >= c_.recent_probe_start(L.nq) || c_.is_random_probe(l, t)) pos.push_back(float(t));
+    QEVICT_RETURN_IF_ERROR(write(l, "probe_pos", pos, 1));
+    QEVICT_RETURN_IF_ERROR(write(l, "q", dump_q_[size_t(l)], qw));
+    for (int set = 0; set < 2; ++set) {
+      const char* sn = set == 0 ? "imp" : "unimp";
+      const auto& lists = set == 0 ? L.imp : L.unimp;
+      std::vector<float> ids;
+      for (int h = 0; h < hkv; ++h)
+        for (int32_t t : lists[size_t(h)]) ids.push_back(float(t));
+      QEVICT_RETURN_IF_ERROR(write(l, sn, ids, int64_t(lists[0].size())));
+      const ZipSet& ks = set == 0 ? L.k_imp : L.k_unimp;
+      const ZipSet& vs = set == 0 ? L.v_imp : L.v_unimp;
+      std::vector<float> kc(size_t(ks.rows) * kvw), vc(kc.size());
+      for (int64_t i = 0; i < ks.rows * kvw; ++i) {
+        kc[size_t(i)] = float(zip_code(ks, i));
+        vc[size_t(i)] = float(zip_code(vs, i));
+      }
+      auto f32 = [](const std::vector<uint16_t>& x) {
+        std::vector<float> y(x.size());
+        for (size_t i = 0; i < x.size(); ++i) y[i] = f16_to_f32(x[i]);
+        return y;
+      };
+      QEVICT_RETURN_IF_ERROR(write(l, fmt::format("k_codes_{}", sn), kc, kvw));
+      QEVICT_RETURN_IF_ERROR(write(l, fmt::format("v_codes_{}", sn), vc, kvw));
+      QEVICT_RETURN_IF_ERROR(write(l, fmt::format("k_min_{}", sn), f32(ks.col_a), kvw));
+      QEVICT_RETURN_IF_ERROR(write(l, fmt::format("k_step_{}", sn), f32(ks.col_b), kvw));
+      QEVICT_RETURN_IF_ERROR(write(l, fmt::format("v_rmin_{}", sn), f32(vs.row_min), 1));
+      QEVICT_RETURN_IF_ERROR(write(l, fmt::format("v_rstep_{}", sn), f32(vs.row_step), 1));
+    }
+    std::vector<float> sc(L.v_scale.size());
+    for (size_t i = 0; i < sc.size(); ++i) sc[i] = f16_to_f32(L.v_scale[i]);
+    QEVICT_RETURN_IF_ERROR(write(l, "v_scale", sc, kvw));
+  }
+  std::FILE* f = std::fopen((dump_dir_ + "/zip_meta.json").c_str(), "w");
+  if (!f) return Status::error(fmt::format("cannot write {}/zip_meta.json", dump_dir_));
+  std::fprintf(f,
+               "{\"hi_bits\": %d, \"lo_bits\": %d, \"unimportant_ratio\": %g, \"probe_ratio\": "
+               "%g, \"n\": %lld, \"n_layers\": %d, \"n_kv_heads\": %d, \"n_q_heads\": %d, "
+               "\"head_dim\": %d}\n",
+               c_.hi_bits, c_.lo_bits, c_.unimportant_ratio, c_.probe_ratio, (long long)n_past_,
+               shape_.n_layers, hkv, shape_.n_q_heads, shape_.head_dim);
+  std::fclose(f);
   return Status::ok();
 }
 
@@ -224,7 +317,7 @@ void ZipKvCache::clear() {
 size_t ZipKvCache::layer_bytes(int l) const {
   const Layer& L = layers_[size_t(l)];
   size_t b = L.k_imp.bytes() + L.k_unimp.bytes() + L.v_imp.bytes() + L.v_unimp.bytes() +
-             (L.k_buf.size() + L.v_buf.size()) * 2;
+             (L.k_buf.size() + L.v_buf.size() + L.v_scale.size()) * 2;
   for (int h = 0; h < shape_.n_kv_heads; ++h)
     b += (L.imp[size_t(h)].size() + L.unimp[size_t(h)].size()) * sizeof(int32_t);
   return b;
@@ -239,7 +332,7 @@ size_t ZipKvCache::bytes_held() const {
   size_t b = 0;
   for (const Layer& L : layers_) {
     b += set_cap(L.k_imp) + set_cap(L.k_unimp) + set_cap(L.v_imp) + set_cap(L.v_unimp);
-    b += (L.k_buf.capacity() + L.v_buf.capacity() + L.ring.capacity()) * 2 +
+    b += (L.k_buf.capacity() + L.v_buf.capacity() + L.ring.capacity() + L.v_scale.capacity()) * 2 +
          L.saliency.capacity() * 4;
     for (int h = 0; h < shape_.n_kv_heads; ++h)
       b += (L.imp[size_t(h)].capacity() + L.unimp[size_t(h)].capacity()) * sizeof(int32_t);
@@ -298,7 +391,8 @@ ZipLayerExport ZipKvCache::export_layer(int l) const {
         const size_t t = size_t(lists[size_t(h)][size_t(j)]);
         for (int ch = 0; ch < d; ++ch) {
           e.k[t * kvw + size_t(h) * d + ch] = zip_dequant_key(ks, j, h * d + ch);
-          e.v[t * kvw + size_t(h) * d + ch] = zip_dequant_value(vs, j, h * d + ch);
+          e.v[t * kvw + size_t(h) * d + ch] =
+              zip_dequant_value(vs, L.v_scale.data(), j, h * d + ch);
         }
       }
   }

@@ -16,6 +16,7 @@
 // loop over it; the scratch is reused by every layer and counted in bytes_held.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "kvcache/dense_scratch.h"
@@ -56,11 +57,22 @@ class ZipKvCache final : public SequenceKvCache {
   size_t layer_bytes(int l) const;
   ZipLayerExport export_layer(int l) const;
 
+  // --kv-trace DIR: at the end of the first prompt, writes per layer l the rule's inputs and
+  // result as float32 .npy files zip_L{l}_*.npy (k_in, v_in: the prompt's post-RoPE keys and
+  // values as buffered, f16 values; q: every prompt query row; probe_pos: the probe positions; imp,
+  // unimp: [n_kv_heads][...] token lists in row order; for each set s of imp / unimp: k_codes_s,
+  // v_codes_s unpacked [rows][kv_width], k_min_s, k_step_s [1][kv_width], v_rmin_s, v_rstep_s
+  // [rows][1]; v_scale [1][kv_width]) and zip_meta.json; for tools/faithfulness/zipcache_numpy.py.
+  // While dumping, every prompt query row is kept.
+  Status dump_prompt(const std::vector<std::vector<float>>& k_in,
+                     const std::vector<std::vector<float>>& v_in) const;
+
  private:
   struct Layer {
     int64_t nq = 0;                                // tokens [0, nq) quantized
     std::vector<std::vector<int32_t>> imp, unimp;  // per KV head, in row order
     ZipSet k_imp, k_unimp, v_imp, v_unimp;
+    std::vector<uint16_t> v_scale;       // f16 [kv_width]: the values' column scales
     std::vector<uint16_t> k_buf, v_buf;  // f16 [n − nq][kv_width]
     // While a prompt is pending (tokens [nq, n)): query rows (f16 [q_width]) of the positions
     // from ring_pos0 on, and the saliency the random probes before it gave, per pending token
@@ -93,6 +105,9 @@ class ZipKvCache final : public SequenceKvCache {
   std::vector<float> rows_, logits_;  // quantizer input, one probe's logits
   size_t peak_ = 0;
   int64_t requantizations_ = 0;
+  std::string dump_dir_;                    // --kv-trace
+  bool dumped_ = false;                     // only the first prompt is dumped
+  std::vector<std::vector<float>> dump_q_;  // while dumping: per layer, every prompt query row
 };
 
 }  // namespace qevict

@@ -9,13 +9,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/golden_npy.h"
 #include "core/f16.h"
 #include "kernels/kivi_group.h"
 #include "kvcache/factory.h"
@@ -27,38 +25,15 @@ namespace {
 
 const std::string kDir = std::string(QEVICT_TEST_DATA_DIR) + "/golden/kivi/";
 
-// A NumPy .npy file of '<f2' (raw f16 bits) or '|u1', C order, any shape: its elements.
 template <class T>
 std::vector<T> load_npy(const std::string& name, const char* descr) {
-  std::ifstream f(kDir + name, std::ios::binary);
-  EXPECT_TRUE(f.good()) << kDir + name;
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0) {
-    ADD_FAILURE() << name << ": not a .npy file";
-    return {};
-  }
-  const size_t hlen = size_t(uint8_t(all[8])) | size_t(uint8_t(all[9])) << 8;
-  const std::string header = all.substr(10, hlen);
-  EXPECT_NE(header.find(std::string("'descr': '") + descr + "'"), std::string::npos) << header;
-  EXPECT_NE(header.find("'fortran_order': False"), std::string::npos) << header;
-  const size_t off = 10 + hlen;
-  std::vector<T> out((all.size() - off) / sizeof(T));
-  std::memcpy(out.data(), all.data() + off, out.size() * sizeof(T));
-  return out;
-}
-
-int json_int(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\":");
-  EXPECT_NE(at, std::string::npos) << key;
-  return std::stoi(json.substr(at + key.size() + 3));
+  return test::load_npy<T>(kDir + name, descr);
 }
 
 TEST(KiviFaithfulness, CodesMatchTheNumpyTranscriptionOnEngineKeysAndValues) {
-  std::ifstream mf(kDir + "meta.json");
-  ASSERT_TRUE(mf.good()) << kDir;
-  std::stringstream ss;
-  ss << mf.rdbuf();
-  const std::string meta = ss.str();
+  const std::string meta = test::read_text(kDir + "meta.json");
+  ASSERT_FALSE(meta.empty()) << kDir;
+  using test::json_int;
   const int T = json_int(meta, "tokens"), H = json_int(meta, "n_kv_heads"),
             D = json_int(meta, "head_dim"), G = json_int(meta, "group"),
             R = json_int(meta, "residual");

@@ -16,6 +16,10 @@ namespace {
 // round() of torch: half to even.
 float round_even(float x) { return std::nearbyint(x); }
 
+// One float16 operation of the reference: the f32 result rounded to f16 (exact for + − × ÷ and
+// sqrt of f16 operands: f32 carries more than twice f16's precision).
+float h(float x) { return f16_to_f32(f32_to_f16(x)); }
+
 void put_code(std::vector<uint8_t>& packed, int64_t i, int bits, uint8_t code) {
   const int64_t bit = i * bits;
   packed[size_t(bit >> 3)] |= uint8_t(code << (bit & 7));
@@ -28,7 +32,7 @@ uint8_t get_code(const std::vector<uint8_t>& packed, int64_t i, int bits) {
 
 uint8_t quantize_code(float x, float mn, float step, int bits) {
   if (!(step > 0.0f)) return 0;  // a constant column/row: the reference divides 0 by 0
-  const float q = round_even((x - mn) / step);
+  const float q = round_even(h(h(x - mn) / step));
   return uint8_t(std::clamp(q, 0.0f, float((1 << bits) - 1)));
 }
 
@@ -85,7 +89,8 @@ ZipSet zip_quantize_keys(const float* x, int64_t rows, int cols, int bits) {
       mn = std::min(mn, x[j * cols + c]);
       mx = std::max(mx, x[j * cols + c]);
     }
-    const uint16_t mn16 = f32_to_f16(mn), step16 = f32_to_f16((mx - mn) / float((1 << bits) - 1));
+    const uint16_t mn16 = f32_to_f16(mn);
+    const uint16_t step16 = f32_to_f16(h(mx - mn) / float((1 << bits) - 1));
     s.col_a[size_t(c)] = mn16;
     s.col_b[size_t(c)] = step16;
     const float mnf = f16_to_f32(mn16), stepf = f16_to_f32(step16);
@@ -95,34 +100,36 @@ ZipSet zip_quantize_keys(const float* x, int64_t rows, int cols, int bits) {
   return s;
 }
 
-ZipSet zip_quantize_values(const float* x, int64_t rows, int cols, int bits) {
+void zip_value_scale(const float* x, int64_t rows, int cols, uint16_t* scale) {
+  for (int c = 0; c < cols; ++c) {
+    float m = 0.0f;
+    for (int64_t j = 0; j < rows; ++j) m = std::max(m, std::fabs(x[j * cols + c]));
+    scale[c] = f32_to_f16(std::sqrt(m));
+  }
+}
+
+ZipSet zip_quantize_values(const float* x, int64_t rows, int cols, int bits,
+                           const uint16_t* scale) {
   ZipSet s;
   s.bits = bits;
   s.rows = rows;
   s.cols = cols;
   if (rows == 0) return s;
   s.codes.assign(packed_bytes(rows * cols, bits), 0);
-  s.col_a.resize(size_t(cols));
   s.row_min.resize(size_t(rows));
   s.row_step.resize(size_t(rows));
-  std::vector<float> scale(static_cast<size_t>(cols));
-  for (int c = 0; c < cols; ++c) {
-    float m = 0.0f;
-    for (int64_t j = 0; j < rows; ++j) m = std::max(m, std::fabs(x[j * cols + c]));
-    s.col_a[size_t(c)] = f32_to_f16(std::sqrt(m));
-    scale[size_t(c)] = f16_to_f32(s.col_a[size_t(c)]);
-  }
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t j = 0; j < rows; ++j) {
     float mn = INFINITY, mx = -INFINITY;
     for (int c = 0; c < cols; ++c) {
       // A column of zeros has scale 0: its values are 0 (the reference's 0 / 0 is NaN).
-      row[size_t(c)] = scale[size_t(c)] > 0.0f ? x[j * cols + c] / scale[size_t(c)] : 0.0f;
+      const float sc = f16_to_f32(scale[c]);
+      row[size_t(c)] = sc > 0.0f ? h(x[j * cols + c] / sc) : 0.0f;
       mn = std::min(mn, row[size_t(c)]);
       mx = std::max(mx, row[size_t(c)]);
     }
     s.row_min[size_t(j)] = f32_to_f16(mn);
-    s.row_step[size_t(j)] = f32_to_f16((mx - mn) / float((1 << bits) - 1));
+    s.row_step[size_t(j)] = f32_to_f16(h(mx - mn) / float((1 << bits) - 1));
     const float mnf = f16_to_f32(s.row_min[size_t(j)]);
     const float stepf = f16_to_f32(s.row_step[size_t(j)]);
     for (int c = 0; c < cols; ++c)
@@ -131,16 +138,18 @@ ZipSet zip_quantize_values(const float* x, int64_t rows, int cols, int bits) {
   return s;
 }
 
+int zip_code(const ZipSet& s, int64_t i) { return get_code(s.codes, i, s.bits); }
+
 float zip_dequant_key(const ZipSet& s, int64_t j, int c) {
   return float(get_code(s.codes, j * s.cols + c, s.bits)) * f16_to_f32(s.col_b[size_t(c)]) +
          f16_to_f32(s.col_a[size_t(c)]);
 }
 
-float zip_dequant_value(const ZipSet& s, int64_t j, int c) {
+float zip_dequant_value(const ZipSet& s, const uint16_t* scale, int64_t j, int c) {
   const float x =
       float(get_code(s.codes, j * s.cols + c, s.bits)) * f16_to_f32(s.row_step[size_t(j)]) +
       f16_to_f32(s.row_min[size_t(j)]);
-  return x * f16_to_f32(s.col_a[size_t(c)]);
+  return x * f16_to_f32(scale[c]);
 }
 
 size_t zipcache_layer_bytes(const ZipCacheConfig& c, int64_t n_imp, int64_t n_unimp,
@@ -151,9 +160,9 @@ size_t zipcache_layer_bytes(const ZipCacheConfig& c, int64_t n_imp, int64_t n_un
     if (rows == 0) continue;
     b += 2 * packed_bytes(rows * cols, bits);  // key and value codes
     b += size_t(cols) * 2 * 2;                 // key min and step per column
-    b += size_t(cols) * 2;                     // value scale per column
     b += size_t(rows) * 2 * 2;                 // value min and step per row
   }
+  if (n_imp + n_unimp > 0) b += size_t(cols) * 2;               // the values' column scales
   b += size_t(n_imp + n_unimp) * n_kv_heads * sizeof(int32_t);  // the token lists
   b += size_t(buffered) * cols * 2 * 2;                         // f16 keys and values
   return b;

@@ -18,10 +18,13 @@
 //   keys, mixed_channelwiseQ (L232-259): per column (h, channel) over the set's rows,
 //     asymmetric min/max: step = (max − min) / (2^b − 1), code = round((x − min) / step);
 //   values, channel_separate_mixed_tokenwiseQ (L645-686, L1434-1458): per column a scale
-//     c = sqrt(max |x|); then per row over all H·D columns, min/max of x / c:
-//     code = round((x / c − min) / step), x̂ = (code · step + min) · c.
+//     c = sqrt(max |x|) over every token of the layer (both sets: the reference divides the
+//     whole value tensor by it before splitting it, L653-660); then per row of a set over all
+//     H·D columns, min/max of x / c: code = round((x / c − min) / step),
+//     x̂ = (code · step + min) · c.
 // Important tokens get 4 bits, unimportant 2 (zipcache_generation_demo.py:L8-18). Parameters
-// are kept in f16 (the reference's dtype); the arithmetic here is f32.
+// are kept in f16 and every step is rounded to f16, as the reference's float16 tensors do
+// (inputs are f16: the cache's buffer and dequantized scratch), so codes match its codes.
 //
 // Decode (modeling_llama.py:L801-813, compress_class.py:L730-764, stream=True): new tokens
 // wait in an f16 buffer; when `gap` (streaming_gap, 100) of them have come, the current query's
@@ -67,7 +70,7 @@ struct ZipSet {
   int64_t rows = 0;
   int cols = 0;
   std::vector<uint8_t> codes;      // rows · cols · bits / 8
-  std::vector<uint16_t> col_a;     // keys: min per column; values: scale c per column (f16)
+  std::vector<uint16_t> col_a;     // keys: min per column (f16); values: unused
   std::vector<uint16_t> col_b;     // keys: step per column (f16); values: unused
   std::vector<uint16_t> row_min;   // values: min per row (f16)
   std::vector<uint16_t> row_step;  // values: step per row (f16)
@@ -76,17 +79,22 @@ struct ZipSet {
   }
 };
 
+// The values' column scales: f16 sqrt(max_j |x[j][c]|) over x (rows × cols f32, row-major: every
+// token of the layer), into scale[cols].
+void zip_value_scale(const float* x, int64_t rows, int cols, uint16_t* scale);
 // Quantizes x (rows × cols f32, row-major) as ZipCache's keys (per column min/max) or values
-// (per column scale, per row min/max).
+// (divided by the layer's column scales `scale`, then per row min/max).
 ZipSet zip_quantize_keys(const float* x, int64_t rows, int cols, int bits);
-ZipSet zip_quantize_values(const float* x, int64_t rows, int cols, int bits);
+ZipSet zip_quantize_values(const float* x, int64_t rows, int cols, int bits, const uint16_t* scale);
+// The code of element i (row j, column c: i = j · cols + c).
+int zip_code(const ZipSet& s, int64_t i);
 // x̂ of row j, column c.
 float zip_dequant_key(const ZipSet& s, int64_t j, int c);
-float zip_dequant_value(const ZipSet& s, int64_t j, int c);
+float zip_dequant_value(const ZipSet& s, const uint16_t* scale, int64_t j, int c);
 
 // The bytes one layer holds after the rule with n_imp / n_unimp tokens per KV head quantized
-// and `buffered` f16 tokens: codes, f16 parameters, the per-head token lists (int32, what the
-// reference keeps as index tensors) and the buffer.
+// and `buffered` f16 tokens: codes, f16 parameters (the values' column scales once per layer),
+// the per-head token lists (int32, what the reference keeps as index tensors) and the buffer.
 size_t zipcache_layer_bytes(const ZipCacheConfig& c, int64_t n_imp, int64_t n_unimp,
                             int64_t buffered, int n_kv_heads, int head_dim);
 
