@@ -165,7 +165,7 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
 bool attach_known_calibration(const Loaded& l, KvCacheParams* p) {
   if (p->policy != "kvquant" || p->kvquant_calib) return true;
   for (const auto& [k, cal] : l.kvquant)
-    if (k == std::pair<int, double>{p->bits, 1.0 - p->q}) {
+    if (k == std::tuple<int, double, int>{p->bits, 1.0 - p->q, p->sink}) {
       p->kvquant_calib = cal;
       return true;
     }
@@ -178,7 +178,7 @@ Status prepare_kv_params(Loaded& l, KvCacheParams* p, int threads) {
   c.bits = p->bits;
   c.sparsity = 1.0 - p->q;
   c.first_fp16 = p->sink;
-  const std::pair<int, double> key{c.bits, c.sparsity};
+  const std::tuple<int, double, int> key{c.bits, c.sparsity, c.first_fp16};
   std::vector<int32_t> tokens = l.tokenizer->encode(std::string(kvquant_calibration_text()),
                                                     /*add_special=*/true, /*parse_special=*/false);
   if (tokens.size() > 2048) tokens.resize(2048);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "core/status.h"
 #include "engine/kvquant_calibration.h"
@@ -29,8 +30,10 @@ int resolve_threads(int flag_value);
 struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
-  // kvquant's calibrations made so far, by (bits, sparsity) (prepare_kv_params).
-  std::vector<std::pair<std::pair<int, double>, std::shared_ptr<const KvQuantCalibration>>> kvquant;
+  // kvquant's calibrations made so far, by (bits, sparsity, first f16 tokens: they are left out
+  // of the levels) (prepare_kv_params).
+  std::vector<std::pair<std::tuple<int, double, int>, std::shared_ptr<const KvQuantCalibration>>>
+      kvquant;
 };
 Expected<Loaded> load_model(const ModelOptions& o);
 

@@ -26,6 +26,27 @@ double np_percentile(std::vector<float> x, double f) {
   return double(x[lo]) + (double(x[hi]) - double(x[lo])) * (idx - double(lo));
 }
 
+// The same as numpy 2 rounds it on f32 data: q = f32(100 f) / f32(100), the index (n − 1) q and
+// the two-sided lerp (numpy's _lerp) in f32.
+float np_percentile_f32(std::vector<float> x, double f) {
+  std::sort(x.begin(), x.end());
+  const float q = float(f * 100.0) / 100.0f, idx = float(x.size() - 1) * q;
+  const size_t lo = size_t(std::floor(idx)), hi = std::min(lo + 1, x.size() - 1);
+  const float g = idx - float(lo), a = x[lo], b = x[hi], d = b - a;
+  return g >= 0.5f ? b - d * (1.0f - g) : a + d * g;
+}
+
+// torch.quantile(x, q), linear, as torch rounds it on f32 data: rank q (n − 1) in f32, one
+// rounding of the interpolation.
+float torch_quantile_f32(std::vector<float> x, double q) {
+  std::sort(x.begin(), x.end());
+  const float rank = float(q) * float(x.size() - 1);
+  const size_t lo = size_t(rank), hi = std::min(lo + 1, x.size() - 1);
+  return float(double(x[lo]) + double(rank - float(lo)) * (double(x[hi]) - double(x[lo])));
+}
+
+float f16r(float x) { return f16_to_f32(f32_to_f16(x)); }
+
 // Heavy-tailed rows (Laplace) with per-channel scale and shift, as keys have.
 std::vector<float> laplace_rows(int64_t n, int w, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -47,7 +68,13 @@ TEST(KvQuant, PercentileAndMedianMatchSortedDefinitions) {
     for (auto& v : x) v = g(rng);
     for (double f : {0.0, 0.005, 0.25, 0.5, 0.995, 1.0}) {
       std::vector<float> y = x;
-      EXPECT_NEAR(kvq_percentile(y.data(), n, f), np_percentile(x, f), 1e-6) << n << " " << f;
+      const double want = np_percentile(x, f);  // in f64; the rank's f32 rounding moves it a bit
+      EXPECT_NEAR(kvq_percentile(y.data(), n, f), want, 1e-5 * (1 + std::fabs(want)))
+          << n << " " << f;
+      y = x;
+      EXPECT_EQ(kvq_percentile(y.data(), n, f), np_percentile_f32(x, f)) << n << " " << f;
+      y = x;
+      EXPECT_EQ(kvq_torch_quantile(y.data(), n, f), torch_quantile_f32(x, f)) << n << " " << f;
     }
     std::vector<float> s = x, y = x;
     std::sort(s.begin(), s.end());
@@ -118,12 +145,50 @@ TEST(KvQuant, CalibrationThresholdsArePercentilesAndOutliersAreAboutOnePercent) 
   for (int ch = 0; ch < w; ++ch) {
     std::vector<float> col(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) col[size_t(i)] = k[size_t(i) * w + ch];
-    EXPECT_NEAR(cal.k_upper[size_t(ch)], np_percentile(col, 0.995), 1e-5);
-    EXPECT_NEAR(cal.k_lower[size_t(ch)], np_percentile(col, 0.005), 1e-5);
+    // In f16, as the reference quantizes with them.
+    EXPECT_EQ(cal.k_upper[size_t(ch)], f16r(np_percentile_f32(col, c.upper_fraction())));
+    EXPECT_EQ(cal.k_lower[size_t(ch)], f16r(np_percentile_f32(col, 1.0 - c.upper_fraction())));
     for (float x : col) outl += x > cal.k_upper[size_t(ch)] || x < cal.k_lower[size_t(ch)];
   }
   // 0.5 % above and 0.5 % below each channel's thresholds on the calibration data itself.
   EXPECT_NEAR(double(outl) / double(n * w), 0.01, 0.003);
+}
+
+TEST(KvQuant, LevelsLeaveOutTheFirstTokensButThresholdsDoNot) {
+  // SimQuant.quantize (L465 vs L491-495): the first_few_fp16 tokens count in the percentiles,
+  // not in the k-means. Row 0 here is far off, as a BOS token's activations are.
+  const int64_t n = 400;
+  const int w = 6;
+  auto k = laplace_rows(n, w, 31), v = laplace_rows(n, w, 32);
+  for (int ch = 0; ch < w; ++ch) k[size_t(ch)] = v[size_t(ch)] = 50.0f;
+  for (int first : {0, 1, 3}) {
+    KvQuantConfig c;
+    c.first_fp16 = first;
+    const KvQuantLayerCalib cal = kvquant_calibrate(c, k.data(), v.data(), n, w);
+    std::vector<float> kn, vn;
+    for (int ch = 0; ch < w; ++ch) {
+      std::vector<float> col;
+      for (int64_t i = 0; i < n; ++i) col.push_back(k[size_t(i) * w + ch]);
+      const float u = np_percentile_f32(col, c.upper_fraction());
+      const float l = np_percentile_f32(col, 1.0 - c.upper_fraction());
+      EXPECT_EQ(cal.k_upper[size_t(ch)], f16r(u));
+      for (int64_t i = first; i < n; ++i) {
+        const float y = (col[size_t(i)] - 0.5f * (u + l)) / (0.5f * (u - l));
+        if (y >= -1.0f && y <= 1.0f) kn.push_back(y);
+      }
+    }
+    for (int64_t i = first; i < n; ++i) {
+      const std::vector<float> row(v.begin() + i * w, v.begin() + (i + 1) * w);
+      const float u = np_percentile_f32(row, c.upper_fraction());
+      const float l = np_percentile_f32(row, 1.0 - c.upper_fraction());
+      for (float x : row) {
+        const float y = (x - 0.5f * (u + l)) / (0.5f * (u - l));
+        if (y >= -1.0f && y <= 1.0f) vn.push_back(y);
+      }
+    }
+    EXPECT_EQ(cal.k_lut, kvq_kmeans_1d(kn, 8)) << "first " << first;
+    EXPECT_EQ(cal.v_lut, kvq_kmeans_1d(vn, 8)) << "first " << first;
+  }
 }
 
 TEST(KvQuant, KeysAndValuesMatchThePlainRule) {
@@ -151,7 +216,7 @@ TEST(KvQuant, KeysAndValuesMatchThePlainRule) {
         kvquant_dequantize_key(c, cal, codes.data(), ol.data(), int(ol.size()), w, out.data());
         for (int ch = 0; ch < w; ++ch) {
           const float u = cal.k_upper[size_t(ch)], l = cal.k_lower[size_t(ch)];
-          const float off = (u + l) / 2, rng = (u - l) / 2;
+          const float off = f16r(u + l) / 2, rng = f16r(u - l) / 2;  // f16 arithmetic
           const float want = (x[ch] > u || x[ch] < l)
                                  ? f16_to_f32(f32_to_f16(x[ch]))
                                  : nearest(cal.k_lut, (x[ch] - off) / rng) * rng + off;
@@ -163,7 +228,7 @@ TEST(KvQuant, KeysAndValuesMatchThePlainRule) {
         std::vector<float> row(y, y + w), sorted = row;
         std::sort(sorted.begin(), sorted.end());
         const double tq = c.upper_fraction();
-        const float vu = float(np_percentile(row, tq)), vl = float(np_percentile(row, 1 - tq));
+        const float vu = torch_quantile_f32(row, tq), vl = torch_quantile_f32(row, 1 - tq);
         const float med = sorted[size_t((w - 1) / 2)];
         float mx = -INFINITY, mn = INFINITY;
         int n_out = 0;
@@ -174,8 +239,9 @@ TEST(KvQuant, KeysAndValuesMatchThePlainRule) {
           mn = std::min(mn, o ? med : e);
         }
         EXPECT_GE(n_out, 2);  // the token's max and min at least
-        const float off = f16_to_f32(f32_to_f16((mx + mn) / 2));
-        const float rng = f16_to_f32(f32_to_f16((mx - mn) / 2));
+        // Codes from the f32 offset and range (the reference's), decoded with their f16.
+        const float off32 = (mx + mn) / 2, rng32 = (mx - mn) / 2;
+        const float off = f16r(off32), rng = f16r(rng32);
         std::vector<KvqOutlier> vo;
         uint16_t o16 = 0, r16 = 0;
         kvquant_quantize_value(c, cal, y, w, codes.data(), &o16, &r16, &vo, &scratch);
@@ -187,7 +253,7 @@ TEST(KvQuant, KeysAndValuesMatchThePlainRule) {
         for (int ch = 0; ch < w; ++ch) {
           const bool o = y[ch] >= vu || y[ch] <= vl;
           const float want = o ? f16_to_f32(f32_to_f16(y[ch]))
-                               : nearest(cal.v_lut, (y[ch] - off) / rng) * rng + off;
+                               : nearest(cal.v_lut, (y[ch] - off32) / rng32) * rng + off;
           ASSERT_NEAR(out[size_t(ch)], want, 1e-5f * (1 + std::fabs(want)))
               << "value bits " << bits << " w " << w << " t " << t << " ch " << ch;
         }

@@ -1,5 +1,5 @@
 // KVQuant's rule (see kvquant_policy.h). Reference path: plain loops, f32 arithmetic (the
-// percentiles in f64, as numpy).
+// quantiles rounded as numpy and torch round them).
 #include "kvcache/policies/kvquant_policy.h"
 
 #include <fmt/format.h>
@@ -24,15 +24,34 @@ Status KvQuantConfig::validate() const {
   return Status::ok();
 }
 
+namespace {
+
+// The order statistics lo and lo + 1 (clamped to n − 1) of x (reordered).
+std::pair<float, float> kth_pair(float* x, int64_t n, int64_t lo) {
+  std::nth_element(x, x + lo, x + n);
+  return {x[lo], lo + 1 < n ? *std::min_element(x + lo + 1, x + n) : x[lo]};
+}
+
+}  // namespace
+
 float kvq_percentile(float* x, int64_t n, double f) {
   if (n <= 0) return 0.0f;
-  const double idx = f * double(n - 1);
-  const int64_t lo = int64_t(std::floor(idx));
-  std::nth_element(x, x + lo, x + n);
-  const double a = x[lo];
-  if (lo + 1 >= n) return float(a);
-  const double b = *std::min_element(x + lo + 1, x + n);
-  return float(a + (b - a) * (idx - double(lo)));
+  // numpy.percentile divides the percentile by float32(100) for f32 data, then works in f32.
+  const float q = float(f * 100.0) / 100.0f;
+  const float idx = float(n - 1) * q;
+  const int64_t lo = std::min<int64_t>(n - 1, int64_t(std::floor(idx)));
+  const auto [a, b] = kth_pair(x, n, lo);
+  const float g = idx - float(lo), diff = b - a;
+  return g >= 0.5f ? b - diff * (1.0f - g) : a + diff * g;  // numpy's _lerp
+}
+
+float kvq_torch_quantile(float* x, int64_t n, double q) {
+  if (n <= 0) return 0.0f;
+  const float rank = float(q) * float(n - 1);
+  const int64_t lo = std::min<int64_t>(n - 1, int64_t(rank));
+  const auto [a, b] = kth_pair(x, n, lo);
+  const double w = double(rank - float(lo));
+  return float(double(a) + w * (double(b) - double(a)));
 }
 
 float kvq_lower_median(float* x, int64_t n) {
@@ -80,6 +99,8 @@ std::vector<float> kvq_kmeans_1d(std::vector<float> x, int k, int max_iter) {
 
 namespace {
 
+float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+
 // Normalized values inside [−1, 1] of x (n values) for thresholds u, l, appended to out.
 void collect_normalized(const float* x, int64_t n, int64_t stride, float u, float l,
                         std::vector<float>* out) {
@@ -102,16 +123,21 @@ KvQuantLayerCalib kvquant_calibrate(const KvQuantConfig& c, const float* k, cons
   std::vector<float> col(static_cast<size_t>(n)), kn, vn;
   kn.reserve(size_t(n) * kv_width);
   vn.reserve(size_t(n) * kv_width);
+  // The first tokens (kept in f16 when quantizing) take part in the thresholds but not in the
+  // levels (SimQuant.quantize, L465 vs L491-495).
+  const int64_t skip = std::min<int64_t>(n, std::max(0, c.first_fp16));
   for (int ch = 0; ch < kv_width; ++ch) {  // keys: per channel over the tokens
     for (int64_t i = 0; i < n; ++i) col[size_t(i)] = k[i * kv_width + ch];
     const float u = kvq_percentile(col.data(), n, t);
     const float l = kvq_percentile(col.data(), n, 1.0 - t);
-    cal.k_upper[size_t(ch)] = u;
-    cal.k_lower[size_t(ch)] = l;
-    collect_normalized(k + ch, n, kv_width, u, l, &kn);
+    // Quantization uses the thresholds in f16 (QuantLinearSim.__init__, L612-613); the levels
+    // are fitted with them as computed (L477-488).
+    cal.k_upper[size_t(ch)] = round_f16(u);
+    cal.k_lower[size_t(ch)] = round_f16(l);
+    collect_normalized(k + skip * kv_width + ch, n - skip, kv_width, u, l, &kn);
   }
   std::vector<float> row(static_cast<size_t>(kv_width));
-  for (int64_t i = 0; i < n; ++i) {  // values: per token over the channels
+  for (int64_t i = skip; i < n; ++i) {  // values: per token over the channels
     const float* r = v + i * kv_width;
     std::copy(r, r + kv_width, row.begin());
     const float u = kvq_percentile(row.data(), kv_width, t);
@@ -121,6 +147,11 @@ KvQuantLayerCalib kvquant_calibrate(const KvQuantConfig& c, const float* k, cons
   cal.k_lut = kvq_kmeans_1d(std::move(kn), 1 << c.bits);
   cal.v_lut = kvq_kmeans_1d(std::move(vn), 1 << c.bits);
   return cal;
+}
+
+void kvq_key_offset_range(float u, float l, float* offset, float* range) {
+  *offset = round_f16(round_f16(u + l) * 0.5f);
+  *range = round_f16(round_f16(u - l) * 0.5f);
 }
 
 int kvq_nearest(const std::vector<float>& lut, float x) {
@@ -155,7 +186,8 @@ void kvquant_quantize_key(const KvQuantConfig& c, const KvQuantLayerCalib& cal, 
   const int zero = kvq_nearest(cal.k_lut, 0.0f);  // an outlier's place holds 0 (reference)
   for (int ch = 0; ch < kv_width; ++ch) {
     const float u = cal.k_upper[size_t(ch)], l = cal.k_lower[size_t(ch)];
-    const float off = 0.5f * (u + l), rng = 0.5f * (u - l);
+    float off, rng;
+    kvq_key_offset_range(u, l, &off, &rng);
     if (x[ch] > u || x[ch] < l) {
       out->push_back({uint16_t(ch), f32_to_f16(x[ch])});
       kvq_put_code(codes, ch, c.bits, zero);
@@ -174,8 +206,8 @@ void kvquant_quantize_value(const KvQuantConfig& c, const KvQuantLayerCalib& cal
   float* s = scratch->data();
   const double t = c.upper_fraction();
   std::copy(x, x + kv_width, s);
-  const float u = kvq_percentile(s, kv_width, t);
-  const float l = kvq_percentile(s, kv_width, 1.0 - t);
+  const float u = kvq_torch_quantile(s, kv_width, t);
+  const float l = kvq_torch_quantile(s, kv_width, 1.0 - t);
   const float med = kvq_lower_median(s, kv_width);
   // Outliers (non-strict) become the median; offset and range from the min / max of the rest.
   float mx = -INFINITY, mn = INFINITY;
@@ -184,10 +216,11 @@ void kvquant_quantize_value(const KvQuantConfig& c, const KvQuantLayerCalib& cal
     mx = std::max(mx, y);
     mn = std::min(mn, y);
   }
-  // Stored in f16; the codes are chosen with the stored parameters so that decoding matches.
-  *offset = f32_to_f16(0.5f * (mx + mn));
-  *range = f32_to_f16(0.5f * (mx - mn));
-  const float off = f16_to_f32(*offset), rng = f16_to_f32(*range);
+  // The codes are chosen with the f32 offset and range, as the reference (quant_fn_nuq_recon,
+  // L318-336); they are stored in f16 (the deployment's layout) and decoded with those.
+  const float off = 0.5f * (mx + mn), rng = 0.5f * (mx - mn);
+  *offset = f32_to_f16(off);
+  *range = f32_to_f16(rng);
   const int zero = kvq_nearest(cal.v_lut, 0.0f);
   for (int ch = 0; ch < kv_width; ++ch) {
     if (x[ch] >= u || x[ch] <= l) {
@@ -204,9 +237,9 @@ void kvquant_dequantize_key(const KvQuantConfig& c, const KvQuantLayerCalib& cal
                             const uint8_t* codes, const KvqOutlier* outliers, int n_outliers,
                             int kv_width, float* out) {
   for (int ch = 0; ch < kv_width; ++ch) {
-    const float u = cal.k_upper[size_t(ch)], l = cal.k_lower[size_t(ch)];
-    out[ch] =
-        cal.k_lut[size_t(kvq_get_code(codes, ch, c.bits))] * (0.5f * (u - l)) + 0.5f * (u + l);
+    float off, rng;
+    kvq_key_offset_range(cal.k_upper[size_t(ch)], cal.k_lower[size_t(ch)], &off, &rng);
+    out[ch] = cal.k_lut[size_t(kvq_get_code(codes, ch, c.bits))] * rng + off;
   }
   for (int j = 0; j < n_outliers; ++j) out[outliers[j].channel] = f16_to_f32(outliers[j].value);
 }

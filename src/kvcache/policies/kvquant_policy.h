@@ -6,23 +6,26 @@
 //   keys (k_proj output, so pre-RoPE), per channel: thresholds u / l = the t and 1 − t
 //     percentiles over the calibration tokens (numpy.percentile, linear), t = 1 − (1 − s)/2 for
 //     the sparsity threshold s (0.99: t = 0.995); normalized x̂ = (x − (u+l)/2) / ((u−l)/2);
+//     stored in f16, as QuantLinearSim holds them (L612-613);
 //   values (v_proj output), per token: the same over the token's channels (all KV heads);
 //   the levels ("NUQ LUT", one for the keys and one for the values of a layer): 2^b centroids
-//     of the normalized values inside [−1, 1] (outliers excluded), 1-D k-means, 50 iterations.
+//     of the normalized values inside [−1, 1] (outliers and the first `first_fp16` tokens
+//     excluded, L491-495), 1-D k-means, 50 iterations.
 //   Deviations: sklearn's KMeans starts from k-means++ (random_state 0) and the reference
 //     weights the points by Fisher information (gradients of the model, which a CPU inference
 //     engine does not have); here the k-means is unweighted and starts at the 2^b quantiles
 //     (deterministic), so the levels differ slightly from the reference's on the same data.
 //     Q-Norm (the reference's option, mainly for 2 bits) is not built.
 // Quantization, online (QuantLinearSim.forward and quant_fn_nuq_recon, include_sparse):
-//   keys: the calibrated u / l of each channel; an element above u or below l is an outlier
-//     (get_outliers, strict) and kept exactly in a sparse list; the others get the index of the
-//     nearest level of (x − offset) / range (the first on a tie) and decode to
-//     level · range + offset;
+//   keys: the calibrated u / l of each channel (f16); an element above u or below l is an
+//     outlier (get_outliers, strict) and kept exactly in a sparse list; the others get the index
+//     of the nearest level of (x − offset) / range (the first on a tie; offset and range in f16
+//     arithmetic, L318-319) and decode to level · range + offset;
 //   values: per token, u / l = torch.quantile of the token's channels at t and 1 − t; an element
 //     ≥ u or ≤ l is an outlier (get_outliers_dynamic, non-strict: every token has at least two);
 //     the outliers are replaced by the token's median (torch.median: the lower middle value) and
-//     offset / range come from the min / max of the result; then as the keys.
+//     offset / range (f32) come from the min / max of the result; then as the keys; offset
+//     and range are stored in f16 and decoding uses those.
 //   The first `first_fp16` tokens stay in 16 bits (--first_few_fp16, the attention sink).
 // Storage (the deployment's layout, deployment/transformers/.../modeling_llama.py:L392-406):
 // codes packed at b bits per element; per token the values' offset and range (f16); the outliers
@@ -54,8 +57,13 @@ struct KvQuantLayerCalib {
   std::vector<float> k_lut, v_lut;      // f32 [2^bits], ascending
 };
 
-// numpy.percentile(x, 100·f) with linear interpolation (f in [0, 1]); x is reordered.
+// numpy.percentile(x, 100·f) with linear interpolation (f in [0, 1]) on f32 data, rounded as
+// numpy 2 computes it: q = f32(100·f) / f32(100), index (n − 1)·q and the two-sided lerp
+// (numpy's _lerp) in f32; x is reordered.
 float kvq_percentile(float* x, int64_t n, double f);
+// torch.quantile(x, q) (linear) on f32 data, rounded as torch computes it (2.9, checked on the
+// engine's values): rank q·(n − 1) in f32, the interpolation rounded once; x is reordered.
+float kvq_torch_quantile(float* x, int64_t n, double q);
 // torch.median: the lower of the two middle values when n is even; x is reordered.
 float kvq_lower_median(float* x, int64_t n);
 // 1-D k-means of x into k levels (Lloyd's iterations from the k quantiles, at most max_iter;
@@ -72,6 +80,10 @@ struct KvqOutlier {
   uint16_t channel;
   uint16_t value;
 };
+
+// The offset (u + l)/2 and range (u − l)/2 of a key channel with thresholds u, l, computed in
+// f16 as the reference does on its f16 thresholds (quant_fn_nuq_recon L318-319).
+void kvq_key_offset_range(float u, float l, float* offset, float* range);
 
 // The index of the level nearest to x (the first on a tie).
 int kvq_nearest(const std::vector<float>& lut, float x);
