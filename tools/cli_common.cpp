@@ -159,7 +159,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");
   app.add_option("--kv-trace", p.trace_path,
                  "write one JSON line per routing event and layer to this file (kivi: a "
-                 "directory, where the prompt's quantization is dumped as .npy)");
+                 "directory, where the prompt's quantization is dumped as .npy; kvquant: the "
+                 "same, with the calibration's activations)");
 }
 
 bool attach_known_calibration(const Loaded& l, KvCacheParams* p) {
@@ -184,7 +185,8 @@ Status prepare_kv_params(Loaded& l, KvCacheParams* p, int threads) {
   if (tokens.size() > 2048) tokens.resize(2048);
   const auto t0 = std::chrono::steady_clock::now();
   ThreadPool pool(resolve_threads(threads));
-  auto cal = kvquant_calibration(*l.model, tokens, c, pool);
+  // --kv-trace DIR: the calibration's activations are dumped there too (kvquant_numpy.py).
+  auto cal = kvquant_calibration(*l.model, tokens, c, pool, p->trace_path);
   if (!cal) return cal.status();
   std::fprintf(stderr,
                "kvquant: calibrated %d-bit levels and key thresholds on %zu tokens (%.1f s)\n",

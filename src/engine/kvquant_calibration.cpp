@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/npy.h"
 #include "kernels/rope.h"
 #include "kvcache/full_cache.h"
 
@@ -64,7 +65,8 @@ class RecordingCache final : public SequenceKvCache {
 }  // namespace
 
 Expected<std::shared_ptr<const KvQuantCalibration>> kvquant_calibration(
-    Model& model, const std::vector<int32_t>& tokens, const KvQuantConfig& c, ThreadPool& pool) {
+    Model& model, const std::vector<int32_t>& tokens, const KvQuantConfig& c, ThreadPool& pool,
+    const std::string& dump_dir) {
   QEVICT_RETURN_IF_ERROR(c.validate());
   const int64_t n = int64_t(tokens.size());
   if (n < 16)
@@ -78,6 +80,14 @@ Expected<std::shared_ptr<const KvQuantCalibration>> kvquant_calibration(
     seg[0].n_tokens = std::min<int64_t>(256, n - at);
     QEVICT_RETURN_IF_ERROR(model.forward(seg, pool));
   }
+  for (int l = 0; l < s.n_layers && !dump_dir.empty(); ++l)
+    for (auto [what, x] : {std::pair{"k", &rec.keys(l)}, std::pair{"v", &rec.values(l)}}) {
+      NpyWriter w;
+      QEVICT_RETURN_IF_ERROR(
+          w.open(fmt::format("{}/kvquant_calib_L{}_{}.npy", dump_dir, l, what), s.kv_width()));
+      QEVICT_RETURN_IF_ERROR(w.append_rows(x->data(), n));
+      QEVICT_RETURN_IF_ERROR(w.close());
+    }
   auto cal = std::make_shared<KvQuantCalibration>();
   for (int l = 0; l < s.n_layers; ++l)
     cal->push_back(kvquant_calibrate(c, rec.keys(l).data(), rec.values(l).data(), n, s.kv_width()));

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,8 +25,11 @@ std::string_view kvquant_calibration_text();
 using KvQuantCalibration = std::vector<KvQuantLayerCalib>;
 
 // Runs `model` over `tokens` (prefill, in chunks of 256) and fits one calibration per layer for
-// config `c`. Needs at least 16 tokens.
+// config `c`. Needs at least 16 tokens. `dump_dir` non-empty: also writes every layer's
+// recorded activations there, kvquant_calib_L{l}_{k,v}.npy, f32 [n][kv_width] (keys pre-RoPE),
+// for tools/faithfulness/kvquant_numpy.py.
 Expected<std::shared_ptr<const KvQuantCalibration>> kvquant_calibration(
-    Model& model, const std::vector<int32_t>& tokens, const KvQuantConfig& c, ThreadPool& pool);
+    Model& model, const std::vector<int32_t>& tokens, const KvQuantConfig& c, ThreadPool& pool,
+    const std::string& dump_dir = {});
 
 }  // namespace qevict

@@ -38,7 +38,6 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
         QEVICT_RETURN_IF_ERROR(c.validate());
         if (p.dtype != HalfType::kF16)
           return Status::error("kvquant keeps its parameters and first tokens in f16");
-        if (!p.trace_path.empty()) return Status::error("--kv-trace does not apply to kvquant");
         const auto& cal = p.kvquant_calib;
         if (!cal)
           return Status::error(
@@ -53,7 +52,9 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
               l.k_lut.size() != (size_t(1) << c.bits) || l.v_lut.size() != (size_t(1) << c.bits))
             return Status::error(fmt::format(
                 "kvquant: the calibration does not fit this model or --kv-bits {}", c.bits));
-        return std::unique_ptr<SequenceKvCache>(new KvQuantCache(shape, n_ctx, c, cal));
+        // --kv-trace DIR: the prompt's quantization is dumped there (KvQuantCache::dump_prompt).
+        return std::unique_ptr<SequenceKvCache>(
+            new KvQuantCache(shape, n_ctx, c, cal, p.trace_path));
       }
       if (p.policy == "zipcache") {
         ZipCacheConfig c;

@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/f16.h"
+#include "core/npy.h"
 
 namespace qevict {
 
@@ -21,13 +23,20 @@ void grow(std::vector<T>& v, size_t size, size_t per_token) {
 }  // namespace
 
 KvQuantCache::KvQuantCache(const KvShape& shape, int64_t n_ctx, const KvQuantConfig& c,
-                           std::shared_ptr<const std::vector<KvQuantLayerCalib>> cal)
+                           std::shared_ptr<const std::vector<KvQuantLayerCalib>> cal,
+                           std::string dump_dir)
     : shape_(shape),
       n_ctx_(n_ctx),
       c_(c),
       cal_(std::move(cal)),
       rope_(shape.rope, shape.head_dim, n_ctx),
-      layers_(size_t(shape.n_layers)) {}
+      layers_(size_t(shape.n_layers)),
+      dump_dir_(std::move(dump_dir)) {
+  if (!dump_dir_.empty()) {
+    k_in_.resize(size_t(shape.n_layers));
+    v_in_.resize(size_t(shape.n_layers));
+  }
+}
 
 Status KvQuantCache::begin(int64_t n_new) {
   QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
@@ -48,6 +57,18 @@ void KvQuantCache::attend(int layer, const float* q, const float* k, const float
     const int64_t pos = n_past_ + i;
     const float* ki = k + i * kvw;
     const float* vi = v + i * kvw;
+    const bool record = !k_in_.empty() && !dumped_;  // --kv-trace, until the prompt's dump
+    if (pos >= c_.first_fp16 || record) {
+      // The reference quantizes the k_proj output: undo this position's rotation.
+      std::memcpy(row_.data(), ki, size_t(kvw) * sizeof(float));
+      rope_.cos_sin(pos, cs_.data(), cs_.data() + half);
+      rope_apply(shape_.rope, cs_.data(), cs_.data() + half, row_.data(), hkv, d, d,
+                 /*inverse=*/true);
+    }
+    if (record) {
+      k_in_[size_t(layer)].insert(k_in_[size_t(layer)].end(), row_.begin(), row_.end());
+      v_in_[size_t(layer)].insert(v_in_[size_t(layer)].end(), vi, vi + kvw);
+    }
     if (pos < c_.first_fp16) {  // the attention sink stays in 16 bits
       for (auto [dst, src] : {std::pair{&L.k_first, ki}, std::pair{&L.v_first, vi}}) {
         const size_t off = dst->size();
@@ -56,11 +77,6 @@ void KvQuantCache::attend(int layer, const float* q, const float* k, const float
       }
       continue;
     }
-    // The reference quantizes the k_proj output: undo this position's rotation.
-    std::memcpy(row_.data(), ki, size_t(kvw) * sizeof(float));
-    rope_.cos_sin(pos, cs_.data(), cs_.data() + half);
-    rope_apply(shape_.rope, cs_.data(), cs_.data() + half, row_.data(), hkv, d, d,
-               /*inverse=*/true);
     const size_t m = L.k_cnt.size();
     grow(L.k_codes, (m + 1) * rb, rb);
     grow(L.v_codes, (m + 1) * rb, rb);
@@ -117,6 +133,86 @@ void KvQuantCache::decode_layer(int layer, int64_t n) {
   }
 }
 
+Status KvQuantCache::end_prompt() {
+  if (k_in_.empty() || dumped_) return Status::ok();
+  dumped_ = true;
+  const Status s = dump_prompt(dump_dir_);
+  k_in_ = {};  // the dump-only copy is gone
+  v_in_ = {};
+  return s;
+}
+
+Status KvQuantCache::dump_prompt(const std::string& dir) const {
+  const int kvw = shape_.kv_width();
+  auto write = [&](int l, const char* what, const std::vector<float>& x, int64_t cols) {
+    NpyWriter w;
+    QEVICT_RETURN_IF_ERROR(w.open(fmt::format("{}/kvquant_L{}_{}.npy", dir, l, what), cols));
+    QEVICT_RETURN_IF_ERROR(w.append_rows(x.data(), int64_t(x.size()) / cols));
+    return w.close();
+  };
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    const KvQuantLayerCalib& cal = (*cal_)[size_t(l)];
+    const int64_t m = int64_t(L.k_cnt.size()), first = int64_t(L.k_first.size()) / kvw;
+    const size_t rb = kvq_row_bytes(kvw, c_.bits);
+    std::vector<float> kc(size_t(m) * kvw), vc(size_t(m) * kvw), par(size_t(m) * 2);
+    for (int64_t j = 0; j < m; ++j)
+      for (int ch = 0; ch < kvw; ++ch) {
+        kc[size_t(j) * kvw + ch] = float(kvq_get_code(L.k_codes.data() + j * rb, ch, c_.bits));
+        vc[size_t(j) * kvw + ch] = float(kvq_get_code(L.v_codes.data() + j * rb, ch, c_.bits));
+      }
+    for (size_t i = 0; i < par.size(); ++i) par[i] = f16_to_f32(L.v_par[i]);
+    // Decoded (pre-RoPE; the first tokens as stored, post-RoPE).
+    std::vector<float> kd(size_t(first + m) * kvw), vd(kd.size());
+    for (size_t i = 0; i < L.k_first.size(); ++i) {
+      kd[i] = f16_to_f32(L.k_first[i]);
+      vd[i] = f16_to_f32(L.v_first[i]);
+    }
+    const KvqOutlier *ko = L.k_out.data(), *vo = L.v_out.data();
+    for (int64_t j = 0; j < m; ++j) {
+      float* kr = kd.data() + size_t(first + j) * kvw;
+      float* vr = vd.data() + size_t(first + j) * kvw;
+      kvquant_dequantize_key(c_, cal, L.k_codes.data() + j * rb, ko, L.k_cnt[size_t(j)], kvw, kr);
+      kvquant_dequantize_value(c_, cal, L.v_codes.data() + j * rb, L.v_par[size_t(j) * 2],
+                               L.v_par[size_t(j) * 2 + 1], vo, L.v_cnt[size_t(j)], kvw, vr);
+      ko += L.k_cnt[size_t(j)];
+      vo += L.v_cnt[size_t(j)];
+    }
+    // Outliers as (token, channel, value) rows.
+    auto outliers = [&](const std::vector<KvqOutlier>& o, const std::vector<uint16_t>& cnt) {
+      std::vector<float> r;
+      size_t at = 0;
+      for (int64_t j = 0; j < m; ++j)
+        for (int q = 0; q < cnt[size_t(j)]; ++q, ++at)
+          r.insert(r.end(), {float(first + j), float(o[at].channel), f16_to_f32(o[at].value)});
+      return r;
+    };
+    std::vector<float> thr = cal.k_upper, lut = cal.k_lut;
+    thr.insert(thr.end(), cal.k_lower.begin(), cal.k_lower.end());
+    lut.insert(lut.end(), cal.v_lut.begin(), cal.v_lut.end());
+    QEVICT_RETURN_IF_ERROR(write(l, "k_in", k_in_[size_t(l)], kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "v_in", v_in_[size_t(l)], kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "k_codes", kc, kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "v_codes", vc, kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "v_par", par, 2));
+    QEVICT_RETURN_IF_ERROR(write(l, "k_deq", kd, kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "v_deq", vd, kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "k_out", outliers(L.k_out, L.k_cnt), 3));
+    QEVICT_RETURN_IF_ERROR(write(l, "v_out", outliers(L.v_out, L.v_cnt), 3));
+    QEVICT_RETURN_IF_ERROR(write(l, "calib_k", thr, kvw));
+    QEVICT_RETURN_IF_ERROR(write(l, "calib_lut", lut, int64_t(cal.k_lut.size())));
+  }
+  const std::string meta = dir + "/kvquant_meta.json";
+  std::FILE* f = std::fopen(meta.c_str(), "w");
+  if (!f) return Status::error(fmt::format("cannot write {}", meta));
+  std::fprintf(f,
+               "{\"bits\": %d, \"sparsity\": %.17g, \"first_fp16\": %d, \"n\": %lld, "
+               "\"n_layers\": %d, \"n_kv_heads\": %d, \"head_dim\": %d}\n",
+               c_.bits, c_.sparsity, c_.first_fp16, (long long)n_past_, shape_.n_layers,
+               shape_.n_kv_heads, shape_.head_dim);
+  return std::fclose(f) == 0 ? Status::ok() : Status::error(fmt::format("cannot write {}", meta));
+}
+
 Status KvQuantCache::commit() {
   if (n_new_ > 1) scr_.trim();
   n_past_ += n_new_;
@@ -137,6 +233,7 @@ void KvQuantCache::clear() {
     L.k_out.clear();
     L.v_out.clear();
   }
+  for (size_t l = 0; l < k_in_.size(); ++l) k_in_[l].clear(), v_in_[l].clear();
   n_past_ = n_new_ = 0;
 }
 
@@ -161,6 +258,8 @@ size_t KvQuantCache::bytes_held() const {
              sizeof(uint16_t) +
          L.k_codes.capacity() + L.v_codes.capacity() +
          (L.k_out.capacity() + L.v_out.capacity()) * sizeof(KvqOutlier);
+  for (size_t l = 0; l < k_in_.size(); ++l)  // the dump-only copy (--kv-trace only)
+    b += (k_in_[l].capacity() + v_in_[l].capacity()) * sizeof(float);
   return b + scr_.bytes() + rope_.bytes() +
          (row_.capacity() + row2_.capacity() + cs_.capacity() + vscr_.capacity()) * sizeof(float);
 }

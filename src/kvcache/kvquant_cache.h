@@ -11,8 +11,13 @@
 // rotated at their positions by a RopeTable of fixed size, and the shared block loop over it. As
 // in the reference's simulated quantization (quantization on the k_proj / v_proj outputs), a
 // token's own key and value are quantized before it attends.
+//
+// --kv-trace DIR (a directory): the prompt's pre-RoPE keys and values, as quantized, are also
+// kept (only then) and dumped with what the rule made of them at end_prompt() (dump_prompt;
+// tools/faithfulness/kvquant_numpy.py reads them).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "kernels/rope.h"
@@ -27,8 +32,10 @@ class KvQuantCache final : public SequenceKvCache {
  public:
   // `cal` has shape.n_layers entries with kv_width thresholds and 2^bits levels (the factory
   // checks).
+  // `dump_dir` non-empty: dump the prompt there at end_prompt().
   KvQuantCache(const KvShape& shape, int64_t n_ctx, const KvQuantConfig& c,
-               std::shared_ptr<const std::vector<KvQuantLayerCalib>> cal);
+               std::shared_ptr<const std::vector<KvQuantLayerCalib>> cal,
+               std::string dump_dir = {});
 
   int64_t n_past() const override { return n_past_; }
   int64_t n_ctx() const override { return n_ctx_; }
@@ -36,6 +43,7 @@ class KvQuantCache final : public SequenceKvCache {
   void attend(int layer, const float* q, const float* k, const float* v, float* out,
               ThreadPool& pool) override;
   Status commit() override;
+  Status end_prompt() override;
   bool prefill_keeps_everything() const override { return false; }
   void clear() override;
   size_t bytes_held() const override;
@@ -51,6 +59,14 @@ class KvQuantCache final : public SequenceKvCache {
   // f32 [n][kv_width]: keys post-RoPE (as attention reads them), values.
   // (Uses the attention scratch.)
   void export_layer(int l, std::vector<float>* k, std::vector<float>* v);
+  // Writes, per layer l, f32 .npy files in `dir`: kvquant_L{l}_{k,v}_in [n][kv_width] (the
+  // prompt's pre-RoPE keys and values as quantized; recorded only with a dump dir),
+  // _{k,v}_codes [n − first][kv_width] (unpacked; an outlier's place holds the level nearest
+  // 0), _v_par [n − first][2] (offset, range), _{k,v}_deq [n][kv_width] (decoded: keys
+  // pre-RoPE, the first tokens as stored), _{k,v}_out [outliers][3] (token, channel,
+  // value), _calib_k [2][kv_width] (upper, lower), _calib_lut [2][2^bits] (keys, values); and
+  // kvquant_meta.json.
+  Status dump_prompt(const std::string& dir) const;
 
  private:
   struct Layer {
@@ -73,6 +89,11 @@ class KvQuantCache final : public SequenceKvCache {
   DenseLayerScratch scr_;
   std::vector<float> row_, row2_, cs_, vscr_;  // one token's row, cos/sin, value scratch
   size_t peak_ = 0;
+  std::string dump_dir_;  // --kv-trace: dump the prompt here at end_prompt()
+  bool dumped_ = false;
+  // Only with a dump dir, until the dump: the prompt's inputs per layer, f32 [n][kv_width]
+  // (keys pre-RoPE).
+  std::vector<std::vector<float>> k_in_, v_in_;
 };
 
 }  // namespace qevict
