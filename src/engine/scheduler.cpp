@@ -8,6 +8,7 @@
 #include "kvcache/budget.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
+#include "kvcache/head_cache.h"
 #include "kvcache/registry.h"
 
 namespace qevict {
@@ -55,6 +56,10 @@ Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int
   }
   auto b = compute_budget(row->kind, shape, n_ctx, p);
   if (!b) return b.status();
+  // A per-head budget must also hold the policy's own state (make_kv_cache does the same):
+  // refused here, before admission, as a request the server cannot take.
+  if (row->kind == CacheKind::kPerHead)
+    QEVICT_RETURN_IF_ERROR(fit_head_budget(&*b, shape, n_ctx, p, row->make_policy(p)->needs()));
   if (row->kind == CacheKind::kQuantized) {
     // A quantizer has no budget: bounded by every token in f16 (what it holds before its rule
     // quantizes them) plus its one-layer dequantization scratch, also f16.

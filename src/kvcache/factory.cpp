@@ -26,9 +26,12 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
   switch (row->kind) {
     case CacheKind::kFull:
       return std::unique_ptr<SequenceKvCache>(new FullKvCache(shape, n_ctx, p.dtype));
-    case CacheKind::kPerHead:
+    case CacheKind::kPerHead: {
+      auto policy = row->make_policy(p);
+      QEVICT_RETURN_IF_ERROR(fit_head_budget(&*budget, shape, n_ctx, p, policy->needs()));
       return std::unique_ptr<SequenceKvCache>(
-          new HeadKvCache(shape, n_ctx, p, *budget, row->make_policy(p)));
+          new HeadKvCache(shape, n_ctx, p, *budget, std::move(policy)));
+    }
     case CacheKind::kQuantized: {
       if (p.policy == "kvquant") {
         KvQuantConfig c;

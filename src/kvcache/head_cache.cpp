@@ -57,6 +57,37 @@ void append_runs(const std::vector<int32_t>& pos, const uint16_t* k, const uint1
 
 }  // namespace
 
+Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
+                       const PolicyNeeds& needs) {
+  const bool by_tokens = p.budget_tokens > 0 && !(p.budget_fraction > 0.0) && p.budget_bytes <= 0;
+  if (by_tokens) return Status::ok();
+  const int H = shape.n_kv_heads;
+  const size_t token = size_t(2) * shape.head_dim * sizeof(uint16_t) + sizeof(int32_t) +
+                       (needs.cumulative_scores ? sizeof(double) : 0) +
+                       (needs.value_norms ? sizeof(float) : 0);
+  const size_t layer_state =
+      size_t(std::max(needs.obs_window, 0)) * shape.q_width() * sizeof(float);
+  const int64_t slack = std::max(p.route_every, 1);
+  const int64_t held = b->total > layer_state ? int64_t((b->total - layer_state) / H / token) : 0;
+  const int64_t cap = std::min<int64_t>(held - slack, n_ctx);
+  const int64_t local = p.local >= 0 ? p.local : std::max<int64_t>(0, cap - p.sink) / 2;
+  if (cap - p.sink - local < 1)
+    return Status::error(fmt::format(
+        "budget too small for {}: {} bytes per layer hold, per KV head, {} tokens of {} B "
+        "(K, V, position and the policy's state) after {} B of per-layer state; {} of them are "
+        "the {} tokens decode adds between routings (--kv-route-every), and {} sink + {} recent "
+        "tokens leave no room for a heavy hitter; raise --kv-budget",
+        p.policy, b->total, held, token, layer_state, slack, slack, p.sink, local));
+  b->head_token_bytes = token;
+  b->head_capacity = cap;
+  b->local = int(local);
+  b->head_heavy = cap - p.sink - local;
+  b->sink_bytes = size_t(b->sink) * token * H;
+  b->local_bytes = size_t(b->local) * token * H;
+  b->hist_bytes = size_t(b->head_heavy) * token * H;
+  return Status::ok();
+}
+
 HeadKvCache::HeadKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams& params,
                          const KvBudget& budget, std::unique_ptr<RoutingPolicy> policy)
     : shape_(shape),
@@ -385,17 +416,22 @@ Status HeadKvCache::route() {
     trim(s.score, cap);
     trim(s.nu, cap);
   }
-  if (needs_.obs_window > 0) {
-    // A routing event over a long prompt leaves scratch as large as the prompt.
-    const size_t per_row = size_t(shape_.n_kv_heads) * steady;
-    trim(obs_ml_, per_row * shape_.group() * 2);
-    trim(request_.obs, per_row * shape_.group() * size_t(needs_.obs_window));
-  }
-  trim(request_.value_norm, size_t(shape_.n_kv_heads) * steady);
-  trim(request_.candidates, size_t(shape_.n_kv_heads) * steady);
-  trim(plan_.entries, size_t(shape_.n_kv_heads) * steady);
-  trim(mass_, size_t(shape_.n_kv_heads) * steady);
-  trim(blocks_, size_t(shape_.n_kv_heads) * steady);
+  // Scratch is rebuilt before every use. The routing request (candidates, the observation
+  // window's attention, value norms) and the plan are used only here: freed until the next
+  // routing event (the largest, obs, is w × group floats per kept token). The attention
+  // scratch every decode step uses keeps room for decode and gives back a prompt's peak.
+  auto free_scratch = [](auto& v) { std::remove_reference_t<decltype(v)>().swap(v); };
+  auto trim_scratch = [](auto& v, size_t cap) {
+    v.clear();
+    trim(v, cap);
+  };
+  free_scratch(obs_ml_);
+  free_scratch(request_.obs);
+  free_scratch(request_.value_norm);
+  free_scratch(request_.candidates);
+  free_scratch(plan_.entries);
+  trim_scratch(mass_, size_t(shape_.n_kv_heads) * steady);
+  trim_scratch(blocks_, size_t(shape_.n_kv_heads) * steady);
   ++routing_events_;
   steps_since_route_ = 0;
   prompt_pending_ = false;

@@ -45,6 +45,17 @@
 
 namespace qevict {
 
+// A per-head budget given in bytes (--kv-budget, --kv-budget-bytes) is what the cache holds,
+// not only its K/V rows: refits b's token capacity so that, per layer, every KV head's kept
+// tokens — capacity plus the Ω tokens decode adds between two routings — with their K and V rows,
+// position and the policy's per-token state (cumulative score f64, value norm f32), plus the
+// policy's per-layer state (the observation window's w queries, f32), fit in b->total. Sink and
+// recent counts are kept (H2O's default split is recomputed); b->head_token_bytes becomes the
+// per-token cost. A budget in tokens (KvCacheParams::budget_tokens, kvpress's unit, used by the
+// faithfulness check) keeps its meaning. Errors when no heavy token is left.
+Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
+                       const PolicyNeeds& needs);
+
 class HeadKvCache final : public SequenceKvCache {
  public:
   // Use make_kv_cache() (factory.h); assumes validated params and a budget made by

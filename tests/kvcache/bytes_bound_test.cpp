@@ -7,12 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
+#include "kvcache/registry.h"
 #include "kvcache/slot_pool.h"
 #include "kvcache/window_store.h"
 
@@ -101,6 +103,79 @@ TEST(TieredBytesHeld, WithinBudgetPlusConstantAndFlatFrom8KTo16K) {
       }
     }
   }
+}
+
+// The per-head caches (every registered kPerHead policy) under a budget in bytes: what they
+// hold — K/V rows, positions, scores and value norms of capacity + Ω tokens per head, the
+// observation window's queries — stays within budget × 1.05 plus one layer's attention scratch
+// (masses and block refs: < 64 B per token a layer's heads hold) and 64 KiB, after the prompt's
+// compression and through decode (measured after every call: the routing request, freed after
+// each routing event, is not held between them).
+TEST(PerHeadBytesHeld, EveryPerHeadPolicyWithinBudgetPlusOneLayersScratch) {
+  KvShape s;
+  s.n_layers = 4;
+  s.n_q_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = 32;
+  s.rope.n_rot = 32;
+  s.rope.freq_base = 10000.0f;
+  const int64_t n_ctx = 2048;
+  const int64_t n_embd = 64;
+  std::mt19937 wrng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> w(size_t(n_embd) * s.q_width());
+  for (float& x : w) x = nd(wrng);
+  OutputProjection proj;
+  for (int l = 0; l < s.n_layers; ++l) {
+    WeightView v;
+    v.type = GgmlType::kF32;
+    v.data = reinterpret_cast<const uint8_t*>(w.data());
+    v.n_cols = s.q_width();
+    v.n_rows = n_embd;
+    v.row_bytes = size_t(s.q_width()) * sizeof(float);
+    proj.wo.push_back(v);
+  }
+  ThreadPool pool(1);
+  int tested = 0;
+  for (const PolicyInfo& row : policy_registry()) {
+    if (row.kind != CacheKind::kPerHead) continue;
+    for (double fraction : {0.2, 0.1}) {
+      SCOPED_TRACE(row.name + " at " + std::to_string(fraction));
+      KvCacheParams p;
+      p.policy = row.name;
+      KvParamsGiven given;
+      ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
+      p.budget_tokens = 0;
+      p.budget_fraction = fraction;
+      auto made = make_kv_cache(s, n_ctx, p);
+      ASSERT_TRUE(made.has_value()) << made.error();
+      SequenceKvCache& c = **made;
+      c.set_output_projection(&proj);
+      KvReport rep;
+      c.report(&rep);
+      const size_t budget = rep.budget.total * size_t(s.n_layers);
+      const size_t steady = size_t(rep.budget.head_capacity + std::max(p.route_every, 1));
+      const size_t constant = size_t(64 << 10) + size_t(s.n_kv_heads) * steady * 64;
+      std::mt19937 rng(11);
+      for (int i = 0; i < 4; ++i) step(c, s, 256, pool, rng);  // a 1,024-token prompt
+      ASSERT_TRUE(c.end_prompt().is_ok());
+      const size_t after_prompt = c.bytes_held();
+      size_t worst = after_prompt;
+      for (int t = 0; t < 400; ++t) {
+        step(c, s, 1, pool, rng);
+        worst = std::max(worst, c.bytes_held());
+      }
+      std::printf(
+          "%-18s %.2f: held %zu B after the prompt, at most %zu B = %.3f x budget (%zu B), "
+          "bound %zu B, at the end %zu\n",
+          row.name.c_str(), fraction, after_prompt, worst, double(worst) / double(budget), budget,
+          size_t(double(budget) * 1.05) + constant, c.bytes_held());
+      EXPECT_LE(worst, size_t(double(budget) * 1.05) + constant);
+      ++tested;
+    }
+  }
+  EXPECT_GE(tested,
+            14);  // h2o, snapkv, pyramidkv, adakv, criticalkv, criticaladakv, defensivekv, ...
 }
 
 }  // namespace

@@ -165,6 +165,14 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
     } else {
       p.local = 1 + int(rng() % 8);
       given.local = true;
+      // A budget in bytes the per-head cache can always fit (fit_head_budget charges the
+      // observation window — the SnapKV family's w = 32 queries — and Ω decode tokens per
+      // head): room for 1 to n_ctx heavy tokens of at most 2·head_dim·2 + 16 B.
+      p.budget_fraction = 0.0;
+      const int64_t heavy = 1 + int64_t(rng() % uint64_t(c->n_ctx));
+      p.budget_bytes = int64_t(32) * s.q_width() * 4 +
+                       int64_t(s.n_kv_heads) * (p.route_every + p.sink + p.local + heavy) *
+                           (4 * s.head_dim + 16);
     }
   }
   if (!apply_policy_defaults(&p, given).is_ok()) return false;

@@ -477,7 +477,8 @@ TEST(PolicyDefaults, QevictAndFullChangeNothing) {
 
 TEST(PolicyDefaults, H2oWithHalfBudgetLocalSplitsTheHeadCapacity) {
   const KvShape shape = small_shape();
-  const size_t m = size_t(2 * 16 * 2 + 4);  // K + V f16 + int32 position
+  // Per token of a head: K + V f16, int32 position, f64 cumulative score (H2O's state).
+  const size_t m = size_t(2 * 16 * 2 + 4 + 8);
   for (int sink : {0, 3}) {
     KvCacheParams p;
     p.policy = "h2o";
@@ -486,9 +487,10 @@ TEST(PolicyDefaults, H2oWithHalfBudgetLocalSplitsTheHeadCapacity) {
     p.sink = sink;
     ASSERT_TRUE(apply_policy_defaults(&p, g).is_ok());
     ASSERT_EQ(p.local, -1);
-    // C = floor(B / n_kv_heads / M) = 41 tokens per head (with spare bytes below one token).
+    // floor(B / n_kv_heads / M) = 42 tokens per head (with spare bytes below one token), of
+    // which Ω = 1 is the token decode adds before routing: capacity C = 41.
     const int64_t C = 41;
-    p.budget_bytes = int64_t(C * m * shape.n_kv_heads + m - 1);
+    p.budget_bytes = int64_t((C + 1) * m * shape.n_kv_heads + m - 1);
     auto made = make_kv_cache(shape, 1000, p);
     ASSERT_TRUE(made.has_value()) << made.error();
     SequenceKvCache* h = made->get();
@@ -519,13 +521,14 @@ TEST(PolicyDefaults, FactoryErrors) {
   p = KvCacheParams();
   p.policy = "h2o";
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-  const size_t m = size_t(2 * shape.head_dim * 2 + 4);  // one token of one head
+  const size_t m = size_t(2 * shape.head_dim * 2 + 4 + 8);  // one token of one head (H2O)
   p.budget_bytes = int64_t(m * shape.n_kv_heads - 1);
   made = make_kv_cache(shape, 100, p);
   ASSERT_FALSE(made.has_value());
   EXPECT_NE(made.error().find("budget"), std::string::npos) << made.error();
-  // A given sink + local that fill the heads also leave no heavy hitter.
-  p.budget_bytes = int64_t(m * shape.n_kv_heads * 10);
+  // A given sink + local that fill the heads also leave no heavy hitter (11 tokens held per
+  // head: capacity 10 and the Ω = 1 decode token).
+  p.budget_bytes = int64_t(m * shape.n_kv_heads * 11);
   p.sink = 4;
   p.local = 6;
   made = make_kv_cache(shape, 100, p);

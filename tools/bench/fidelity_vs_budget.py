@@ -27,10 +27,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(cmd):
+def run(cmd, refusal_ok=False):
+    """stdout, stderr of cmd; exits on failure, except (refusal_ok) a budget the cache refuses
+    as too small, which returns (None, its message)."""
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
+        if refusal_ok and "budget too small" in p.stderr:
+            return None, p.stderr.strip().splitlines()[-1]
         sys.exit(f"command failed ({p.returncode}):\n{p.stderr[-2000:]}")
     return p.stdout, p.stderr
 
@@ -110,7 +114,12 @@ def main():
             continue
         budget_flags = [] if b is None else ["--kv-budget", str(b)]
         out, err = run(base_cmd + flags + budget_flags + ["--kl-base", full_npy, "--kv-stats"] +
-                       (a.extra.split() if a.extra else []))
+                       (a.extra.split() if a.extra else []), refusal_ok=True)
+        if out is None:  # the budget cannot hold this policy's fixed state: a row that says so
+            rows.append({"variant": name, "budget": b, "refused": err, "byte_point": False})
+            print(f"{name:16s} budget {b:5.2f}: refused ({err})", file=sys.stderr, flush=True)
+            save()
+            continue
         m = re.search(r"mean KL ([0-9.e-]+) \(p99 ([0-9.e-]+)\), top-1 agreement ([0-9.]+) over (\d+)", out)
         ppl = float(re.search(r"perplexity: ([0-9.]+)", out).group(1))
         tot = [l for l in err.splitlines() if l.startswith("kv-stats: total")]
@@ -131,6 +140,9 @@ def main():
              "| budget | variant | mean KL vs FullKV | p99 KL | top-1 agreement | perplexity | bytes held (MiB) |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("refused"):
+            lines.append(f"| {r['budget']:.4g} | {r['variant']} | refused: {r['refused']} | | | | |")
+            continue
         lines.append(f"| {r['budget']:.4g}{' (byte point)' if r.get('byte_point') else ''} | {r['variant']} | {r['mean_kl']:.5f} | {r['p99_kl']:.4f} | {r['top1']:.4f} | "
                      f"{r['perplexity']:.3f} | {r['bytes_held_mib']} |")
     with open(os.path.join(a.out_dir, "fidelity.md"), "w") as f:
@@ -142,7 +154,7 @@ def main():
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(1, 2, figsize=(10, 4))
         for name, _ in variants:
-            rs = [r for r in rows if r["variant"] == name]
+            rs = [r for r in rows if r["variant"] == name and not r.get("refused")]
             ax[0].plot([r["budget"] for r in rs], [r["mean_kl"] for r in rs], "o-", label=name)
             ax[1].plot([r["budget"] for r in rs], [r["top1"] for r in rs], "o-", label=name)
         for x, t in zip(ax, ["mean KL(FullKV || variant), nats", "top-1 agreement with FullKV"]):

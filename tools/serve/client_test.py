@@ -147,7 +147,9 @@ try:
           f"{forced.usage.completion_tokens} tokens)")
 
     long_prompt = "Remember: the code word is teal. " + "The sky was grey. " * 60 + "The code word is"
-    for policy, budget in (("h2o", 0.5), ("streaming", 0.5), ("qevict", 0.6), ("snapkv", 0.5)):
+    # (SnapKV's budget also holds its 32 observation queries per layer: a short context needs a
+    # large fraction.)
+    for policy, budget in (("h2o", 0.5), ("streaming", 0.5), ("qevict", 0.6), ("snapkv", 0.9)):
         r = client.completions.create(model="m", prompt=long_prompt, max_tokens=8, temperature=0,
                                       extra_body={"kv_policy": policy, "kv_budget": budget})
         check(r.usage.completion_tokens > 0, f"kv_policy={policy} kv_budget={budget} answers "
