@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/random_wo.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
 #include "kvcache/registry.h"
@@ -122,19 +123,7 @@ TEST(PerHeadBytesHeld, EveryPerHeadPolicyWithinBudgetPlusOneLayersScratch) {
   const int64_t n_ctx = 2048;
   const int64_t n_embd = 64;
   std::mt19937 wrng(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> w(size_t(n_embd) * s.q_width());
-  for (float& x : w) x = nd(wrng);
-  OutputProjection proj;
-  for (int l = 0; l < s.n_layers; ++l) {
-    WeightView v;
-    v.type = GgmlType::kF32;
-    v.data = reinterpret_cast<const uint8_t*>(w.data());
-    v.n_cols = s.q_width();
-    v.n_rows = n_embd;
-    v.row_bytes = size_t(s.q_width()) * sizeof(float);
-    proj.wo.push_back(v);
-  }
+  const test::RandomWo wo(s, n_embd, wrng);
   ThreadPool pool(1);
   int tested = 0;
   for (const PolicyInfo& row : policy_registry()) {
@@ -150,7 +139,7 @@ TEST(PerHeadBytesHeld, EveryPerHeadPolicyWithinBudgetPlusOneLayersScratch) {
       auto made = make_kv_cache(s, n_ctx, p);
       ASSERT_TRUE(made.has_value()) << made.error();
       SequenceKvCache& c = **made;
-      c.set_output_projection(&proj);
+      c.set_output_projection(&wo.proj);
       KvReport rep;
       c.report(&rep);
       const size_t budget = rep.budget.total * size_t(s.n_layers);

@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/golden_npy.h"
 #include "core/f16.h"
 #include "core/npy.h"
 #include "kvcache/factory.h"
@@ -33,22 +34,6 @@ namespace qevict {
 namespace {
 
 const std::string kDir = std::string(QEVICT_TEST_DATA_DIR) + "/golden/kvquant/";
-
-// A '|u1' C-order .npy file: its bytes.
-std::vector<uint8_t> load_u8(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0) {
-    ADD_FAILURE() << path << ": not a .npy file";
-    return {};
-  }
-  const size_t hlen = size_t(uint8_t(all[8])) | size_t(uint8_t(all[9])) << 8;
-  const std::string header = all.substr(10, hlen);
-  EXPECT_NE(header.find("'descr': '|u1'"), std::string::npos) << header;
-  EXPECT_NE(header.find("'fortran_order': False"), std::string::npos) << header;
-  return std::vector<uint8_t>(all.begin() + std::ptrdiff_t(10 + hlen), all.end());
-}
 
 NpyArray load_f32(const std::string& path) {
   auto a = read_npy(path);
@@ -94,7 +79,8 @@ TEST(KvQuantFaithfulness, CacheMatchesTheNumpyTranscriptionOnEngineKeysAndValues
     const NpyArray thr = load_f32(pre + "calib_k.npy"), lut = load_f32(pre + "calib_lut.npy");
     const NpyArray v_par = load_f32(pre + "v_par.npy");
     const NpyArray k_out = load_f32(pre + "k_out.npy"), v_out = load_f32(pre + "v_out.npy");
-    const std::vector<uint8_t> kc = load_u8(pre + "k_codes.npy"), vc = load_u8(pre + "v_codes.npy");
+    const std::vector<uint8_t> kc = test::load_npy<uint8_t>(pre + "k_codes.npy", "|u1"),
+                               vc = test::load_npy<uint8_t>(pre + "v_codes.npy", "|u1");
     ASSERT_EQ(k_in.rows, T);
     ASSERT_EQ(k_in.cols, kvw);
     ASSERT_EQ(v_in.data.size(), k_in.data.size());

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/bytes_bound.h"
+#include "common/random_wo.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
 #include "kvcache/kvquant_cache.h"
@@ -37,6 +38,8 @@
 
 namespace qevict {
 namespace {
+
+using test::RandomWo;
 
 // Gaussian samples drawn once; a call's q/k/v are read from it at a random offset (the
 // sequences' cost is then the caches', not the random number generator's).
@@ -65,26 +68,6 @@ int sequences_per_policy() {
   const char* e = std::getenv("QEVICT_RANDOM_SEQUENCES");
   return e && *e ? std::max(1, std::atoi(e)) : 10000;
 }
-
-// A random W_O (F32 weight) for the policies that score by value-projected norms.
-struct RandomWo {
-  std::vector<float> w;
-  OutputProjection proj;
-  RandomWo(const KvShape& s, int64_t n_embd, std::mt19937& rng) {
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    w.resize(size_t(n_embd) * s.q_width());
-    for (float& x : w) x = d(rng);
-    for (int l = 0; l < s.n_layers; ++l) {
-      WeightView v;
-      v.type = GgmlType::kF32;
-      v.data = reinterpret_cast<const uint8_t*>(w.data());
-      v.n_cols = s.q_width();
-      v.n_rows = n_embd;
-      v.row_bytes = size_t(s.q_width()) * sizeof(float);
-      proj.wo.push_back(v);
-    }
-  }
-};
 
 // One random configuration: shape, options, context.
 struct Config {

@@ -1,0 +1,35 @@
+// Test helper: a random output projection W_O (F32 weights, the same for every layer) for the
+// policies that score by value-projected norms (CriticalKV, DefensiveKV): the cache tests hand it
+// to SequenceKvCache::set_output_projection.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kvcache/kv_cache.h"
+#include "kvcache/shape.h"
+
+namespace qevict::test {
+
+struct RandomWo {
+  std::vector<float> w;  // f32 [n_embd][q_width]
+  OutputProjection proj;
+  RandomWo(const KvShape& s, int64_t n_embd, std::mt19937& rng) {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    w.resize(size_t(n_embd) * s.q_width());
+    for (float& x : w) x = d(rng);
+    for (int l = 0; l < s.n_layers; ++l) {
+      WeightView v;
+      v.type = GgmlType::kF32;
+      v.data = reinterpret_cast<const uint8_t*>(w.data());
+      v.n_cols = s.q_width();
+      v.n_rows = n_embd;
+      v.row_bytes = size_t(s.q_width()) * sizeof(float);
+      proj.wo.push_back(v);
+    }
+  }
+};
+
+}  // namespace qevict::test
