@@ -337,6 +337,7 @@ size_t ZipKvCache::bytes_held() const {
     for (int h = 0; h < shape_.n_kv_heads; ++h)
       b += (L.imp[size_t(h)].capacity() + L.unimp[size_t(h)].capacity()) * sizeof(int32_t);
   }
+  for (const std::vector<float>& q : dump_q_) b += q.capacity() * 4;  // --kv-trace only
   return b + scr_.bytes() + (rows_.capacity() + logits_.capacity()) * 4;
 }
 
