@@ -82,11 +82,15 @@ int run_perplexity(const PerplexityArgs& a) {
                (long long)a.n_ctx, threads);
   PerplexityResult r;
   int last_pct = -1;
+  std::string cache_error;
   Status s = evaluate_perplexity(
       model, pool, tokens, po,
       [&](int64_t n) -> SequenceKvCache* {
         auto c = make_kv_cache(model.kv_shape(), n, *kvp);
-        if (!c) return nullptr;
+        if (!c) {
+          cache_error = c.error();  // the reason, reported instead of the generic failure
+          return nullptr;
+        }
         last_cache = std::move(*c);
         return last_cache.get();
       },
@@ -117,7 +121,7 @@ int run_perplexity(const PerplexityArgs& a) {
       },
       &r);
   std::fprintf(stderr, "\n");
-  if (!s) return fail(s.message());
+  if (!s) return fail(cache_error.empty() ? s.message() : cache_error);
   if (!a.logits_out.empty()) {
     Status c = npy.close();
     if (!c) return fail(c.message());

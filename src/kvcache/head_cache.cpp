@@ -73,11 +73,11 @@ Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const K
   const int64_t local = p.local >= 0 ? p.local : std::max<int64_t>(0, cap - p.sink) / 2;
   if (cap - p.sink - local < 1)
     return Status::error(fmt::format(
-        "budget too small for {}: {} bytes per layer hold, per KV head, {} tokens of {} B "
-        "(K, V, position and the policy's state) after {} B of per-layer state; {} of them are "
-        "the {} tokens decode adds between routings (--kv-route-every), and {} sink + {} recent "
-        "tokens leave no room for a heavy hitter; raise --kv-budget",
-        p.policy, b->total, held, token, layer_state, slack, slack, p.sink, local));
+        "budget too small for {}: {} bytes per layer leave, after {} B of the policy's per-layer "
+        "state, {} tokens of {} B (K, V, position and per-token state) per KV head; it needs "
+        "{} for the decode tokens between routings (--kv-route-every) + {} sink + {} recent + "
+        "at least 1 heavy; raise --kv-budget",
+        p.policy, b->total, layer_state, held, token, slack, p.sink, local));
   b->head_token_bytes = token;
   b->head_capacity = cap;
   b->local = int(local);
