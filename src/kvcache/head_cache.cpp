@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/softmax_state.h"
+#include "kvcache/policies/snapkv_policy.h"
 
 namespace qevict {
 
@@ -64,20 +65,20 @@ Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const K
   const int H = shape.n_kv_heads;
   const size_t token = size_t(2) * shape.head_dim * sizeof(uint16_t) + sizeof(int32_t) +
                        (needs.cumulative_scores ? sizeof(double) : 0) +
-                       (needs.value_norms ? sizeof(float) : 0);
-  const size_t layer_state =
-      size_t(std::max(needs.obs_window, 0)) * shape.q_width() * sizeof(float);
+                       (needs.value_norms ? sizeof(float) : 0) +
+                       (needs.obs_window > 0 ? size_t(shape.group()) * sizeof(float) : 0) +
+                       (needs.obs_max_kernel > 0 ? sizeof(float) : 0);
   const int64_t slack = std::max(p.route_every, 1);
-  const int64_t held = b->total > layer_state ? int64_t((b->total - layer_state) / H / token) : 0;
+  const int64_t held = int64_t(b->total / H / token);
   const int64_t cap = std::min<int64_t>(held - slack, n_ctx);
   const int64_t local = p.local >= 0 ? p.local : std::max<int64_t>(0, cap - p.sink) / 2;
   if (cap - p.sink - local < 1)
     return Status::error(fmt::format(
-        "budget too small for {}: {} bytes per layer leave, after {} B of the policy's per-layer "
-        "state, {} tokens of {} B (K, V, position and per-token state) per KV head; it needs "
-        "{} for the decode tokens between routings (--kv-route-every) + {} sink + {} recent + "
-        "at least 1 heavy; raise --kv-budget",
-        p.policy, b->total, layer_state, held, token, slack, p.sink, local));
+        "budget too small for {}: {} bytes per layer hold {} tokens of {} B (K, V, position "
+        "and the policy's per-token state) per KV head; it needs {} for the decode tokens "
+        "between routings (--kv-route-every) + {} sink + {} recent + at least 1 heavy; raise "
+        "--kv-budget",
+        p.policy, b->total, held, token, slack, p.sink, local));
   b->head_token_bytes = token;
   b->head_capacity = cap;
   b->local = int(local);
@@ -116,6 +117,8 @@ void HeadKvCache::keep_queries(int layer, const float* q) {
 Status HeadKvCache::begin(int64_t n_new) {
   QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
   n_new_ = n_new;
+  // A decode step after a prompt that is routed (chunks) or has none: the decode window.
+  if (n_new == 1 && !prompt_pending_) start_decode_window();
   return Status::ok();
 }
 
@@ -124,7 +127,8 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
   const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
   const int qw = shape_.q_width(), kvw = shape_.kv_width();
   const size_t steady = size_t(steady_tokens_);
-  if (needs_.obs_window > 0) keep_queries(layer, q);
+  if (needs_.obs_window > 0 && !obs_decode_) keep_queries(layer, q);
+  const bool omax = obs_decode_ && needs_.obs_max_kernel > 0;
   for (int h = 0; h < H; ++h) {
     HeadStore& s = head(layer, h);
     const size_t n0 = size_t(s.n()), n1 = n0 + size_t(n_new_), cap = size_t(s.cap);
@@ -133,6 +137,8 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
     reserve_capped(s.pos, n1, cap);
     if (needs_.cumulative_scores) reserve_capped(s.score, n1, cap);
     if (needs_.value_norms) reserve_capped(s.nu, n1, cap);
+    if (obs_decode_) reserve_capped(s.osum, n1 * g, cap * g);
+    if (omax) reserve_capped(s.omax, n1, cap);
     s.k.resize(n1 * d);
     s.v.resize(n1 * d);
     for (int64_t t = 0; t < n_new_; ++t) {
@@ -142,6 +148,8 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
       if (needs_.cumulative_scores) s.score.push_back(0.0);
       if (needs_.value_norms) s.nu.push_back(std::numeric_limits<float>::quiet_NaN());
     }
+    if (obs_decode_) s.osum.resize(n1 * g, 0.0f);
+    if (omax) s.omax.resize(n1, 0.0f);
   }
 
   // Blocks: runs of consecutive kept positions (rows are in position order and the new
@@ -161,6 +169,7 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
   if (!needs_.cumulative_scores) {  // the policy does not read them: no masses to compute
     attend_blocks(fp, H, q, qw, n_new_, n_past_, blocks_.data(), head_off_.data(), out, nullptr,
                   MassLayout::kPerHeadBlock, attn_, pool);
+    if (obs_decode_) observe_step(layer, q);
     return;
   }
   fp.token_ml = true;
@@ -175,6 +184,7 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
     HeadStore& s = head(layer, h);
     for (int64_t i = 0; i < s.n(); ++i, ++row) s.score[size_t(i)] += mass_[size_t(row)] * inv_g;
   }
+  if (obs_decode_) observe_step(layer, q);
 }
 
 Status HeadKvCache::route_head(HeadStore& s) {
@@ -204,7 +214,9 @@ void HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries,
   // cache never return kQuant: it has no low-bit tier).
   const int d = shape_.head_dim;
   const int64_t n = s.n();
+  const int g = shape_.group();
   const bool nu = !s.nu.empty(), score = !s.score.empty();
+  const bool osum = !s.osum.empty(), omax = !s.omax.empty();
   int64_t w = first;
   for (int64_t r = first; r < n; ++r) {
     if (r - first < n_cand && entries[r - first].to == Tier::kEvicted) {
@@ -217,6 +229,8 @@ void HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries,
       s.pos[w] = s.pos[r];
       if (score) s.score[w] = s.score[r];
       if (nu) s.nu[w] = s.nu[r];
+      if (osum) std::copy_n(s.osum.data() + r * g, g, s.osum.data() + w * g);
+      if (omax) s.omax[w] = s.omax[r];
     }
     ++w;
   }
@@ -225,39 +239,109 @@ void HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries,
   s.pos.resize(size_t(w));
   if (score) s.score.resize(size_t(w));
   if (nu) s.nu.resize(size_t(w));
+  if (osum) s.osum.resize(size_t(w) * g);
+  if (omax) s.omax.resize(size_t(w));
+}
+
+void HeadKvCache::query_probs(const HeadStore& s, const float* q, int64_t qpos) {
+  const int g = shape_.group(), d = shape_.head_dim, st = d + 2;
+  const int64_t n = s.n();
+  FusedAttnParams fp = FusedAttnParams::make(p_.dtype, g, d);
+  fp.token_ml = true;
+  // Every kept token of the head, one block per run of consecutive positions.
+  blocks_.clear();
+  append_runs(s.pos, s.k.data(), s.v.data(), d, &blocks_);
+  obs_st_.resize(size_t(g) * st);
+  obs_ml_.resize(size_t(n) * g * 2);
+  attn_state_init(obs_st_.data(), g, d);
+  for (size_t u = 0; u < obs_ml_.size(); u += 2) obs_ml_[u] = -INFINITY, obs_ml_[u + 1] = 0.0f;
+  fused_attention_partial(fp, q, d, 1, qpos, blocks_.data(), int(blocks_.size()), obs_st_.data(),
+                          obs_ml_.data(), 0);
+  probs_.resize(size_t(g) * n);
+  for (int j = 0; j < g; ++j) {
+    const float* gml = obs_st_.data() + size_t(j) * st;  // (M, L) of query head j
+    for (int64_t i = 0; i < n; ++i)
+      probs_[size_t(j) * n + i] = attn_block_mass(obs_ml_.data() + (size_t(i) * g + j) * 2, gml);
+  }
+}
+
+void HeadKvCache::observe_step(int layer, const float* q) {
+  const int H = shape_.n_kv_heads, g = shape_.group(), d = shape_.head_dim;
+  const int64_t qw = shape_.q_width();
+  const int k = needs_.obs_max_kernel;
+  for (int h = 0; h < H; ++h) {
+    HeadStore& s = head(layer, h);
+    const int64_t n = s.n();
+    for (int64_t t = 0; t < n_new_; ++t) {
+      query_probs(s, q + t * qw + size_t(h) * g * d, n_past_ + t);
+      for (int j = 0; j < g; ++j) {
+        const float* p = probs_.data() + size_t(j) * n;
+        for (int64_t i = 0; i < n; ++i) s.osum[size_t(i) * g + j] += p[i];
+        if (k <= 0) continue;
+        // DefensiveKV's row: pooled along the head's tokens, rescaled to its pre-pool sum.
+        pool_in_.resize(size_t(n));
+        pool_out_.resize(size_t(n));
+        double base = 0.0, psum = 0.0;
+        for (int64_t i = 0; i < n; ++i) base += pool_in_[size_t(i)] = p[i];
+        snapkv::pool1d(pool_in_.data(), n, k, ObsPool::kAvg, pool_out_.data());
+        for (int64_t i = 0; i < n; ++i) psum += pool_out_[size_t(i)];
+        const double scale = psum > 0.0 ? base / psum : 0.0;
+        for (int64_t i = 0; i < n; ++i)
+          s.omax[size_t(i)] = std::max(s.omax[size_t(i)], float(pool_out_[size_t(i)] * scale));
+      }
+    }
+  }
+}
+
+void HeadKvCache::start_decode_window() {
+  if (needs_.obs_window <= 0 || obs_decode_) return;
+  const int g = shape_.group();
+  obs_decode_ = true;
+  obs_acc_ = obs_n_ = 0;
+  std::vector<float>().swap(obs_q_);
+  for (HeadStore& s : heads_) {
+    s.osum.reserve(size_t(s.cap) * g);
+    s.osum.assign(size_t(s.n()) * g, 0.0f);
+    if (needs_.obs_max_kernel > 0) {
+      s.omax.reserve(size_t(s.cap));
+      s.omax.assign(size_t(s.n()), 0.0f);
+    }
+  }
 }
 
 void HeadKvCache::observe(int layer) {
-  const int H = shape_.n_kv_heads, g = shape_.group(), d = shape_.head_dim, st = d + 2;
-  const int64_t n_obs = obs_n_, w = needs_.obs_window, qw = shape_.q_width();
+  const int H = shape_.n_kv_heads, g = shape_.group(), d = shape_.head_dim;
+  const int64_t w = needs_.obs_window, qw = shape_.q_width();
+  const int64_t n_obs = obs_decode_ ? 1 : obs_n_;
   request_.group = g;
   request_.n_obs = int(n_obs);
   request_.obs.resize(size_t(g) * n_obs * request_.candidates.size());
-  FusedAttnParams fp = FusedAttnParams::make(p_.dtype, g, d);
-  fp.token_ml = true;
-  obs_st_.resize(size_t(g) * st);
+  request_.obs_max.clear();
+  if (obs_decode_ && needs_.obs_max_kernel > 0) request_.obs_max.resize(request_.candidates.size());
+  // Decode: the mean over the queries since the last routing event.
+  const float inv_acc = obs_acc_ > 0 ? 1.0f / float(obs_acc_) : 0.0f;
   for (int h = 0; h < H; ++h) {
     const HeadStore& s = head(layer, h);
     const int64_t n_h = request_.n_cand(h);
     if (n_h == 0) continue;
-    // Every kept token of the head, one block per run of consecutive positions.
-    blocks_.clear();
-    append_runs(s.pos, s.k.data(), s.v.data(), d, &blocks_);
     // The candidates are rows [first, first + n_h) of the head (route_layer).
     const int64_t first =
         std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
-    obs_ml_.resize(size_t(s.n()) * g * 2);
+    if (obs_decode_) {
+      for (int j = 0; j < g; ++j) {
+        float* row = const_cast<float*>(request_.obs_row(h, j, 0));
+        for (int64_t i = 0; i < n_h; ++i) row[i] = s.osum[size_t(first + i) * g + j] * inv_acc;
+      }
+      if (!request_.obs_max.empty())
+        std::copy_n(s.omax.data() + first, n_h, request_.obs_max.data() + request_.cand_begin(h));
+      continue;
+    }
     for (int64_t r = 0; r < n_obs; ++r) {
       const float* qr = obs_q_.data() + (size_t(layer) * w + r) * qw + size_t(h) * g * d;
-      attn_state_init(obs_st_.data(), g, d);
-      for (size_t u = 0; u < obs_ml_.size(); u += 2) obs_ml_[u] = -INFINITY, obs_ml_[u + 1] = 0.0f;
-      fused_attention_partial(fp, qr, d, 1, n_past_ - n_obs + r, blocks_.data(),
-                              int(blocks_.size()), obs_st_.data(), obs_ml_.data(), 0);
+      query_probs(s, qr, n_past_ - n_obs + r);
       for (int j = 0; j < g; ++j) {
-        const float* gml = obs_st_.data() + size_t(j) * st;  // (M, L) of query head j
         float* row = const_cast<float*>(request_.obs_row(h, j, int(r)));
-        for (int64_t i = 0; i < n_h; ++i)
-          row[i] = attn_block_mass(obs_ml_.data() + (size_t(first + i) * g + j) * 2, gml);
+        std::copy_n(probs_.data() + size_t(j) * s.n() + first, n_h, row);
       }
     }
   }
@@ -415,7 +499,13 @@ Status HeadKvCache::route() {
     trim(s.pos, cap);
     trim(s.score, cap);
     trim(s.nu, cap);
+    // The decode observation window restarts: the next event sees the queries after this one.
+    std::fill(s.osum.begin(), s.osum.end(), 0.0f);
+    std::fill(s.omax.begin(), s.omax.end(), 0.0f);
+    trim(s.osum, cap * size_t(shape_.group()));
+    trim(s.omax, cap);
   }
+  obs_acc_ = 0;
   // Scratch is rebuilt before every use. The routing request (candidates, the observation
   // window's attention, value norms) and the plan are used only here: freed until the next
   // routing event (the largest, obs, is w × group floats per kept token). The attention
@@ -426,7 +516,11 @@ Status HeadKvCache::route() {
     trim(v, cap);
   };
   free_scratch(obs_ml_);
+  free_scratch(probs_);  // a prompt-end event's rows cover the prompt
+  free_scratch(pool_in_);
+  free_scratch(pool_out_);
   free_scratch(request_.obs);
+  free_scratch(request_.obs_max);
   free_scratch(request_.value_norm);
   free_scratch(request_.candidates);
   free_scratch(plan_.entries);
@@ -442,7 +536,9 @@ Status HeadKvCache::route() {
 Status HeadKvCache::commit() {
   const bool chunk = n_new_ > 1;
   n_past_ += n_new_;
-  if (needs_.obs_window > 0) obs_n_ = std::min<int64_t>(needs_.obs_window, obs_n_ + n_new_);
+  if (needs_.obs_window > 0 && !obs_decode_)
+    obs_n_ = std::min<int64_t>(needs_.obs_window, obs_n_ + n_new_);
+  if (obs_decode_) obs_acc_ += n_new_;
   n_new_ = 0;
   ++steps_since_route_;
   peak_bytes_ = std::max(peak_bytes_, bytes_held());
@@ -455,13 +551,21 @@ Status HeadKvCache::commit() {
       prompt_pending_ = true;
       return Status::ok();
     }
-    if (prompt_pending_) return route();
+    if (prompt_pending_) {
+      QEVICT_RETURN_IF_ERROR(route());
+      start_decode_window();
+      return Status::ok();
+    }
   }
   if (chunk || steps_since_route_ >= p_.route_every) return route();
   return Status::ok();
 }
 
-Status HeadKvCache::end_prompt() { return prompt_pending_ ? route() : Status::ok(); }
+Status HeadKvCache::end_prompt() {
+  if (prompt_pending_) QEVICT_RETURN_IF_ERROR(route());
+  start_decode_window();
+  return Status::ok();
+}
 
 void HeadKvCache::clear() {
   for (HeadStore& s : heads_) {
@@ -472,10 +576,16 @@ void HeadKvCache::clear() {
   }
   for (HeadStore& s : heads_) {
     s.nu.clear();
+    s.osum.clear();
+    s.omax.clear();
     s.cap = steady_tokens_;
   }
   n_past_ = n_new_ = 0;
-  obs_n_ = 0;
+  obs_n_ = obs_acc_ = 0;
+  if (obs_decode_) {
+    obs_decode_ = false;
+    obs_q_.resize(size_t(shape_.n_layers) * needs_.obs_window * shape_.q_width());
+  }
   steps_since_route_ = 0;
   routed_below_ = 0;
   routing_events_ = evictions_ = 0;
@@ -487,15 +597,18 @@ size_t HeadKvCache::bytes_held() const {
   size_t b = heads_.capacity() * sizeof(HeadStore);
   for (const HeadStore& s : heads_)
     b += (s.k.capacity() + s.v.capacity()) * sizeof(uint16_t) + s.pos.capacity() * sizeof(int32_t) +
-         s.score.capacity() * sizeof(double) + s.nu.capacity() * sizeof(float);
+         s.score.capacity() * sizeof(double) +
+         (s.nu.capacity() + s.osum.capacity() + s.omax.capacity()) * sizeof(float);
   b += attn_.bytes() + blocks_.capacity() * sizeof(KvBlockRef) +
        head_off_.capacity() * sizeof(int64_t) + mass_.capacity() * sizeof(double) +
        request_.candidates.capacity() * sizeof(RoutingCandidate) +
        plan_.entries.capacity() * sizeof(PlanEntry) +
        request_.head_begin.capacity() * sizeof(int64_t) +
-       (request_.obs.capacity() + request_.value_norm.capacity() + obs_q_.capacity() +
-        obs_st_.capacity() + obs_ml_.capacity() + wo_f32_.capacity()) *
-           sizeof(float);
+       (request_.obs.capacity() + request_.obs_max.capacity() + request_.value_norm.capacity() +
+        obs_q_.capacity() + obs_st_.capacity() + obs_ml_.capacity() + probs_.capacity() +
+        wo_f32_.capacity()) *
+           sizeof(float) +
+       (pool_in_.capacity() + pool_out_.capacity()) * sizeof(double);
   return b;
 }
 
@@ -546,9 +659,10 @@ void HeadKvCache::report(KvReport* out, ReportDetail detail) const {
       r.windows_evicted += n - n_local - n_full;
       if (detail == ReportDetail::kTiers) position_tiers(l, h, &tiers);
       r.bytes_full += size_t(s.n()) * budget_.head_token_bytes;
-      r.bytes_allocated += (s.k.capacity() + s.v.capacity()) * sizeof(uint16_t) +
-                           s.pos.capacity() * sizeof(int32_t) +
-                           s.score.capacity() * sizeof(double) + s.nu.capacity() * sizeof(float);
+      r.bytes_allocated +=
+          (s.k.capacity() + s.v.capacity()) * sizeof(uint16_t) +
+          s.pos.capacity() * sizeof(int32_t) + s.score.capacity() * sizeof(double) +
+          (s.nu.capacity() + s.osum.capacity() + s.omax.capacity()) * sizeof(float);
       if (detail == ReportDetail::kTiers) out->position_tiers.push_back(tiers);
     }
     r.bytes_budgeted = r.bytes_full;

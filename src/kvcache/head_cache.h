@@ -23,9 +23,16 @@
 //                heads together at most H·K; each head's rows are its own vector, so a head
 //                given fewer tokens holds fewer bytes — AdaKV's flattened variable-length
 //                layout, cu_klen, in per-head vectors);
-//   obs_window   w > 0: the cache keeps each layer's last w queries and, at a routing event,
-//                gives the policy their attention probabilities over the candidates
-//                (RoutingRequest::obs), computed by the fused kernel over every kept token;
+//   obs_window   w > 0: during the prompt the cache keeps each layer's last w queries and, at
+//                a routing event, gives the policy their attention probabilities over the
+//                candidates (RoutingRequest::obs), computed by the fused kernel over every
+//                kept token. Once decode starts the queries are freed: each decode query's
+//                probabilities (one more pass of the fused kernel over the head's tokens) are
+//                summed per kept token and query head (g floats per token) and, for a max
+//                over rows (obs_max_kernel), pooled and folded into a running max (1 float),
+//                both reset at every routing event: the window is the queries since the last
+//                event (Ω; w at the family's default), and it costs bytes per kept token that
+//                the budget charges, not w·q_width floats per layer;
 //   cross_layer  the layers share one budget (Layer-DefensiveKV): every layer's request goes
 //                to the policy first (prepare), then each layer is planned within the share
 //                the policy gave it (layer_budget; the layers' sum is checked);
@@ -48,8 +55,8 @@ namespace qevict {
 // A per-head budget given in bytes (--kv-budget, --kv-budget-bytes) is what the cache holds,
 // not only its K/V rows: refits b's token capacity so that, per layer, every KV head's kept
 // tokens — capacity plus the Ω tokens decode adds between two routings — with their K and V rows,
-// position and the policy's per-token state (cumulative score f64, value norm f32), plus the
-// policy's per-layer state (the observation window's w queries, f32), fit in b->total. Sink and
+// position and the policy's per-token state (cumulative score f64, value norm f32, the decode
+// observation window's g sums and running max, f32) fit in b->total. Sink and
 // recent counts are kept (H2O's default split is recomputed); b->head_token_bytes becomes the
 // per-token cost. A budget in tokens (KvCacheParams::budget_tokens, kvpress's unit, used by the
 // faithfulness check) keeps its meaning. Errors when no heavy token is left.
@@ -89,7 +96,11 @@ class HeadKvCache final : public SequenceKvCache {
     std::vector<int32_t> pos;    // int32 [n_kept]
     std::vector<double> score;   // f64 [n_kept], Σ attention received / group size
     std::vector<float> nu;       // f32 [n_kept] value norms (value_norms policies), NaN: not yet
-    int64_t cap = 0;             // tokens its vectors may hold before the next routing event
+    // Decode observation window (obs_window policies, after the prompt): per kept token, the
+    // probability summed over the queries since the last routing event, per query head of the
+    // group (f32 [n_kept][group]), and their pooled running max (f32 [n_kept], obs_max_kernel).
+    std::vector<float> osum, omax;
+    int64_t cap = 0;  // tokens its vectors may hold before the next routing event
     int64_t n() const { return int64_t(pos.size()); }
   };
 
@@ -104,8 +115,16 @@ class HeadKvCache final : public SequenceKvCache {
   // Builds request_ for `layer`: candidates, the layer's budget, and with `inputs` the
   // observation-window probabilities and value norms the policy needs.
   Status layer_request(int layer, bool inputs);
-  // Fills request_.obs for `layer` (the last obs_n_ queries over each head's kept tokens).
+  // Fills request_.obs for `layer` (the last obs_n_ queries over each head's kept tokens;
+  // during decode, the mean of the accumulated sums, and obs_max).
   void observe(int layer);
+  // probs_ = the probabilities query row q (position qpos) gives every kept token of head h,
+  // f32 [group][n_kept].
+  void query_probs(const HeadStore& s, const float* q, int64_t qpos);
+  // Decode: adds this call's queries of `layer` to the observation sums (and max).
+  void observe_step(int layer, const float* q);
+  // The prompt is routed: free the kept queries, start the decode sums.
+  void start_decode_window();
   // Fills request_.value_norm, computing ν for the candidates that have none yet.
   Status value_norms(int layer);
   // Removes the candidates (rows first, first + n_cand) that `entries` evict, in place.
@@ -131,10 +150,14 @@ class HeadKvCache final : public SequenceKvCache {
   RoutingRequest request_;
   RoutingPlan plan_;
   // Observation window (needs_.obs_window = w): each layer's last w queries, oldest first.
-  int64_t obs_n_ = 0;          // queries held (≤ w), the same for every layer
-  std::vector<float> obs_q_;   // f32 [n_layers][w][q_width]
-  std::vector<float> obs_st_;  // f32 [group][head_dim + 2] one query's softmax state
-  std::vector<float> obs_ml_;  // f32 [kept tokens][group][2] its per-token (m, l)
+  int64_t obs_n_ = 0;                       // queries held (≤ w), the same for every layer
+  std::vector<float> obs_q_;                // f32 [n_layers][w][q_width]
+  std::vector<float> obs_st_;               // f32 [group][head_dim + 2] one query's softmax state
+  std::vector<float> obs_ml_;               // f32 [kept tokens][group][2] its per-token (m, l)
+  std::vector<float> probs_;                // f32 [group][kept tokens] its probabilities
+  std::vector<double> pool_in_, pool_out_;  // one pooled row (obs_max_kernel)
+  bool obs_decode_ = false;                 // the prompt is routed: queries freed, sums accumulate
+  int64_t obs_acc_ = 0;                     // queries summed since the last routing event
   // Value norms (needs_.value_norms).
   const OutputProjection* wo_ = nullptr;
   std::vector<float> wo_f32_;  // f32 [n_embd][q_width] one layer's W_O, while routing

@@ -146,9 +146,10 @@ TEST(AdaKVCache, MatchesBruteForceModelWithVariableHeadStorage) {
     EXPECT_TRUE(res.heads_differ) << "every head kept the same number of tokens";
     EXPECT_GT(res.evictions, 0);
     // Real bytes per head follow the head's own length: every (layer, head) holds storage
-    // for its kept tokens plus Ω = 4 decode tokens at most (no score, no value norm here).
+    // for its kept tokens plus Ω = 4 decode tokens at most (no score, no value norm here; the
+    // decode observation window's sums, one float per query head of the group).
     const KvReport r = report_of(drv.cache());
-    const size_t M = obs_family::token_head_bytes(s);
+    const size_t M = obs_family::token_head_bytes(s) + size_t(s.group()) * sizeof(float);
     for (int l = 0; l < s.n_layers; ++l) {
       size_t want = 0;
       for (int h = 0; h < s.n_kv_heads; ++h)

@@ -60,6 +60,7 @@ std::vector<std::vector<double>> defensive_scores_ref(const RouteInput& in, int6
           ave[i] += row[i] / (g * R);
         }
       }
+    if (!in.mx.empty()) m = in.mx[size_t(h)];  // decode: the running max of the cache's rows
     double mean = 0.0;
     for (double x : m) mean += x / double(n);
     std::vector<double>& s = out[size_t(h)];
@@ -260,6 +261,7 @@ TEST(DefensiveKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
     o.wo_f64 = wo.f64;
     o.n_embd = 10;
     o.budget_over_layers = over_layers;
+    o.obs_max_kernel = 5;
     DefensiveKVOptions dopt;
     dopt.window = w;
     dopt.over_layers = over_layers;

@@ -7,7 +7,9 @@
 //    decode tokens since the last routing event, and the whole prompt while it is pending
 //    under --prefill-route end), and the real bytes held within the budget plus a constant;
 //  - at every routing event: the kept sets equal those of a brute-force model of the rule,
-//    fed with observation-window probabilities (and value norms) computed here in double.
+//    fed with observation-window probabilities (and value norms) computed here in double:
+//    during the prompt the last w queries', during decode the queries' since the last routing
+//    event (the cache sums them as they run), with DefensiveKV's running max of pooled rows.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -47,6 +49,9 @@ struct RouteInput {
   std::vector<std::vector<int32_t>> cand;  // [head] candidate positions, ascending
   std::vector<std::vector<double>> obs;    // [head] f64 [group][n_obs][n_cand]
   std::vector<std::vector<double>> nu;     // [head] f64 [n_cand] value norms (if bound)
+  // Decode with DriveOptions::obs_max_kernel: per candidate the max over rows (query, query
+  // head) of the row pooled along every token the head held and rescaled to its sum.
+  std::vector<std::vector<double>> mx;  // [head] f64 [n_cand], or empty
   double obs_at(int h, int j, int r, size_t i) const {
     return obs[size_t(h)][(size_t(j) * n_obs + r) * cand[size_t(h)].size() + i];
   }
@@ -187,6 +192,7 @@ struct DriveOptions {
   // Layer budgets may differ (PyramidKV, Layer-DefensiveKV): check the budget over all
   // layers together, not per layer.
   bool budget_over_layers = false;
+  int obs_max_kernel = 0;  // the policy's PolicyNeeds::obs_max_kernel (DefensiveKV: 5)
 };
 
 struct DriveResult {
@@ -232,8 +238,14 @@ class Driver {
     EXPECT_EQ(b.head_token_bytes, M);
     int64_t n_past = 0, events = 0, since = 0;
     bool pending = false;
+    // The cache's observation window: the last w queries until the prompt is routed, then
+    // (online) the `acc` decode queries since the last routing event.
+    bool online = false;
+    int64_t acc = 0;
     for (size_t call = 0; call < o.calls.size(); ++call) {
       const int64_t n = o.calls[call];
+      if (n == 1 && !pending && !online) online = true, acc = 0;
+      const bool online_before = online;
       if (o.wo) c_->set_output_projection(o.wo);
       EXPECT_TRUE(c_->begin(n).is_ok());
       for (int l = 0; l < L; ++l) {
@@ -272,6 +284,7 @@ class Driver {
       EXPECT_TRUE(c_->commit().is_ok());
       n_past += n;
       if (n > 1 && p_.prefill_route == "end") pending = true;
+      if (online) acc += n;
       if (o.n_prompt > 0 && n_past == o.n_prompt) {
         EXPECT_TRUE(c_->end_prompt().is_ok());
       }
@@ -281,11 +294,15 @@ class Driver {
         ++res.routing_events;
         pending = false;
         since = 0;
-        check_routing(b, n_past, obs_window, o, rule, &res);
+        const int64_t n_obs = online_before ? acc : std::min<int64_t>(obs_window, n_past);
+        check_routing(b, n_past, n_obs, online_before ? o.obs_max_kernel : 0, o, rule, &res);
+        acc = 0;
         if (::testing::Test::HasFailure()) return res;
       } else if (n == 1) {
         ++since;
       }
+      // The prompt is routed (at end_prompt(), or at the first decode step): decode sums start.
+      if (!online && ((o.n_prompt > 0 && n_past == o.n_prompt) || n == 1)) online = true, acc = 0;
       for (int l = 0; l < L; ++l)
         for (int h = 0; h < H; ++h)
           EXPECT_EQ(HeadKvCacheTestPeer(*c_).kept_positions(l, h), kept(l, h))
@@ -359,11 +376,12 @@ class Driver {
     for (double& x : *p) x /= sum;
   }
 
-  void check_routing(const KvBudget& b, int64_t n_past, int obs_window, const DriveOptions& o,
-                     const LayersRule& rule, DriveResult* res) {
+  // n_obs: the rows (the queries at positions n_past − n_obs ...); mx_kernel > 0: also the
+  // decode running max of pooled rows (RouteInput::mx).
+  void check_routing(const KvBudget& b, int64_t n_past, int64_t n_obs, int mx_kernel,
+                     const DriveOptions& o, const LayersRule& rule, DriveResult* res) {
     const int L = s_.n_layers, H = s_.n_kv_heads, g = s_.group(), d = s_.head_dim;
     const int kvw = s_.kv_width(), qw = s_.q_width();
-    const int64_t n_obs = std::min<int64_t>(obs_window, n_past);
     std::vector<RouteInput> ins(static_cast<size_t>(L));
     for (int l = 0; l < L; ++l) {
       RouteInput& in = ins[size_t(l)];
@@ -381,15 +399,29 @@ class Driver {
           if (x >= b.sink && x < n_past - b.local) in.cand[size_t(h)].push_back(x);
         const size_t nc = in.cand[size_t(h)].size();
         in.obs[size_t(h)].assign(size_t(g) * n_obs * nc, 0.0);
+        if (mx_kernel > 0) in.mx.resize(size_t(H));
+        if (mx_kernel > 0) in.mx[size_t(h)].assign(nc, 0.0);
         for (int j = 0; j < g; ++j)
           for (int64_t r = 0; r < n_obs; ++r) {
             std::vector<int32_t> keys;
             std::vector<double> p;
             probs(l, h, h * g + j, n_past - n_obs + r, kept(l, h), &keys, &p);
+            // The row pooled along the keys the head held (those the query saw), rescaled.
+            std::vector<double> pooled;
+            if (mx_kernel > 0) {
+              pooled = pool_ref(p, mx_kernel, false);
+              double base = 0.0, ps = 0.0;
+              for (double x : p) base += x;
+              for (double x : pooled) ps += x;
+              for (double& x : pooled) x = ps > 0.0 ? x / ps * base : 0.0;
+            }
             for (size_t i = 0; i < nc; ++i) {
               const auto it = std::find(keys.begin(), keys.end(), in.cand[size_t(h)][i]);
               const double pr = it == keys.end() ? 0.0 : p[size_t(it - keys.begin())];
               in.obs[size_t(h)][(size_t(j) * n_obs + r) * nc + i] = pr;
+              if (mx_kernel > 0 && it != keys.end())
+                in.mx[size_t(h)][i] =
+                    std::max(in.mx[size_t(h)][i], pooled[size_t(it - keys.begin())]);
             }
           }
         if (o.wo)

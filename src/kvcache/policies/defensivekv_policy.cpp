@@ -17,6 +17,7 @@ PolicyNeeds DefensiveKVPolicy::needs() const {
   PolicyNeeds n;
   n.per_layer = true;
   n.obs_window = o_.window;
+  n.obs_max_kernel = o_.kernel;
   n.value_norms = true;
   n.cumulative_scores = false;
   n.cross_layer = o_.over_layers;
@@ -73,6 +74,7 @@ void DefensiveKVPolicy::scores(const RoutingRequest& req, std::vector<double>* o
           base += a[i];
           ave_[size_t(i)] += a[i];
         }
+        if (!req.obs_max.empty()) continue;  // decode: the cache kept the max (below)
         snapkv::pool1d(row_.data(), n, o_.kernel, ObsPool::kAvg, pooled_.data());
         double psum = 0.0;
         for (int64_t i = 0; i < n; ++i) psum += pooled_[size_t(i)];
@@ -80,6 +82,8 @@ void DefensiveKVPolicy::scores(const RoutingRequest& req, std::vector<double>* o
         for (int64_t i = 0; i < n; ++i)
           mx_[size_t(i)] = std::max(mx_[size_t(i)], pooled_[size_t(i)] * scale);
       }
+    if (!req.obs_max.empty())
+      for (int64_t i = 0; i < n; ++i) mx_[size_t(i)] = req.obs_max[size_t(b + i)];
     double mean = 0.0;
     for (double m : mx_) mean += m;
     mean /= double(n);

@@ -30,7 +30,11 @@
 // reference's window; defaults S = 0, L = w) and the candidates are the rest of each head.
 // Decode (the reference compresses only once, L171): as SnapKV (snapkv_policy.h), every
 // Ω = w steps over the kept tokens plus those that left the recent window; the heads then
-// hold different tokens, so ν is normalised over the heads that hold the position.
+// hold different tokens, so ν is normalised over the heads that hold the position. The
+// window is then the decode queries since the last routing event, which the cache does not
+// keep: it keeps each token's running max of the pooled rows (RoutingRequest::obs_max),
+// pooled along every token the head holds rather than along the candidates (a token next to
+// the sink or the recent region sees those neighbours, not zero padding).
 // Forced (stage-1) tokens rank above every other (the reference sets them to the layer's
 // maximum score, which the top maximum token shares; we break that tie for the forced ones).
 // Layer-DefensiveKV's top over all layers then always keeps them, where the reference

@@ -48,8 +48,17 @@ struct RoutingRequest {
   // holds (causal):  obs[group·n_obs·head_begin[h] + (j·n_obs + r)·n_h + (i − head_begin[h])]
   // for candidate i of head h with n_h = head_begin[h+1] − head_begin[h] (f32 [head][group]
   // [n_obs][n_h]).
+  // During decode the cache keeps no queries: it sums, per kept token, the probability each
+  // query since the last routing event gave it, and hands the mean over those queries as one
+  // row (n_obs = 1) — what a mean over the window's rows gives; obs_max carries what a max over
+  // rows needs (PolicyNeeds::obs_max_kernel).
   int group = 1, n_obs = 0;
   std::vector<float> obs;
+  // Decode (PolicyNeeds::obs_max_kernel = k > 0), else empty: per candidate, the max over the
+  // queries since the last routing event and the group's query heads of each query head's
+  // probability row pooled (avg, width k, zero padding) along every token the head holds and
+  // rescaled to its pre-pool sum (DefensiveKV's defensive aggregation). f32 [candidates].
+  std::vector<float> obs_max;
   // ν_i = mean over the group's query heads h of ‖v_i W_O^h‖₁ (PolicyNeeds::value_norms;
   // CriticalKV): f32 [candidates].
   std::vector<float> value_norm;
@@ -69,6 +78,7 @@ struct RoutingRequest {
 struct PolicyNeeds {
   bool per_layer = false;         // one request per layer with every KV head's candidates
   int obs_window = 0;             // w > 0: RoutingRequest::obs over the last w queries
+  int obs_max_kernel = 0;         // k > 0: RoutingRequest::obs_max during decode
   bool value_norms = false;       // RoutingRequest::value_norm
   bool cumulative_scores = true;  // RoutingCandidate::score (H2O's per-step masses)
   // Budgets shared across layers (Layer-DefensiveKV): the cache first hands every layer's

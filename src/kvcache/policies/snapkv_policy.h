@@ -23,10 +23,13 @@
 // end of prefill (our --prefill-route end, the row's default). Decode: the reference appends
 // decode tokens uncompressed; we keep the budget by re-applying the same rule every Ω = w
 // decode steps (row default) to the kept tokens plus those that left the recent window, the
-// observation window being the last w queries (the decode queries since the last event), as
-// kvpress's DecodingPress re-runs a press on buffered window queries (decoding_press.py:
-// L113-179, every 512 steps there). After evictions the pool runs over the kept tokens in
-// position order (neighbours in the cache, not in the sequence).
+// observation window being the decode queries since the last event (Ω of them; w at the row
+// default), as kvpress's DecodingPress re-runs a press on buffered window queries
+// (decoding_press.py:L113-179, every 512 steps there). Where kvpress buffers the queries, the
+// cache sums their probabilities per kept token and query head as they run (no queries held:
+// the window costs g floats per kept token, not w queries per layer); the mean over the window
+// that SnapKV takes is the same. After evictions the pool runs over the kept tokens in position
+// order (neighbours in the cache, not in the sequence).
 #pragma once
 
 #include <vector>
