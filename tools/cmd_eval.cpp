@@ -3,6 +3,7 @@
 // finished cell), summary.csv and summary.md. Plot: tools/eval/plot_eval.py DIR/summary.csv.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "commands.h"
 #include "eval/eval_runner.h"
 #include "eval/eval_summary.h"
+#include "eval/longdoc_tasks.h"
 #include "eval/ruler_resources.h"
 #include "kvcache/registry.h"
 
@@ -23,6 +25,8 @@ namespace {
 constexpr const char* kDefaultHaystack = "/usr/share/doc/jargon-text/jargon.txt.gz";
 constexpr const char* kDefaultHaystackStart = "Chapter 1. Hacker Slang";
 constexpr const char* kDefaultWords = "/usr/share/dict/words";  // Debian's wamerican
+// lcc's source files: the Python standard library of Debian 12 (libpython3.11-stdlib).
+constexpr const char* kDefaultCodeDir = "/usr/lib/python3.11";
 
 struct EvalArgs {
   ModelOptions model;
@@ -34,6 +38,7 @@ struct EvalArgs {
   int prefill_chunk = 512;
   std::string haystack = kDefaultHaystack, haystack_start = kDefaultHaystackStart;
   std::string words = kDefaultWords;
+  std::string code_dir = kDefaultCodeDir;
   bool summary_only = false;
   bool prompts_only = false;
   KvOptions kv;
@@ -75,6 +80,7 @@ Status fill_grid(const EvalArgs& a, eval::EvalOptions* o) {
   } else if (a.profile == "full") {  // issue 11's grid
     std::vector<std::string> all;
     for (const auto& t : eval::ruler_task_names()) all.push_back(t);
+    for (const auto& t : eval::longdoc_task_names()) all.push_back(t);
     tasks = fmt::format("{}", fmt::join(all, ","));
     lengths = "4096,8192,16384,32768";
     samples = 10;
@@ -151,6 +157,16 @@ int run_eval_cmd(EvalArgs a) {
 
   auto res = eval::load_ruler_resources(a.haystack, a.haystack_start, a.words);
   if (!res) return fail(res.error());
+  if (std::find(o.tasks.begin(), o.tasks.end(), "lcc") != o.tasks.end()) {
+    // Files long enough for the shortest length's context (lcc_sample checks each length).
+    int64_t shortest = *std::min_element(o.lengths.begin(), o.lengths.end());
+    auto files = eval::find_code_files(a.code_dir, int64_t(4.5 * double(shortest)) + 256);
+    if (!files) return fail(files.error());
+    if (files->empty())
+      return fail(
+          fmt::format("lcc: no Python file under {} is long enough (--code-dir)", a.code_dir));
+    res->code_files = std::move(*files);
+  }
   auto path = resolve_model_path(a.model.model_path);
   if (!path) return fail(path.error());
   o.model_name = std::filesystem::path(*path).filename().string();
@@ -211,9 +227,12 @@ Runner add_eval(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"quick", "full"}));
   app.add_option("--tasks", a->tasks,
-                 "comma-separated RULER tasks: niah_single_1/2/3, niah_multikey_1/2/3, "
+                 "comma-separated tasks. RULER's: niah_single_1/2/3, niah_multikey_1/2/3, "
                  "niah_multivalue, niah_multiquery, vt, cwe, fwe (qa_1/qa_2: no QA data ships "
-                 "in a package)");
+                 "in a package). Long documents: lcc (the next line of a real Python file, "
+                 "edit similarity), doc_qa and doc_sum (a question about a term / a summary of a "
+                 "long Jargon File excerpt, scored as agreement with FullKV's answer: needs the "
+                 "variant full)");
   app.add_option("--lengths", a->lengths,
                  "comma-separated lengths in tokens (prompt in the chat template + generated), "
                  "e.g. 4K,8K");
@@ -237,6 +256,9 @@ Runner add_eval(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--haystack-start", a->haystack_start,
                  "the prose starts at the first occurrence of this text (empty: at the start)")
+      ->capture_default_str();
+  app.add_option("--code-dir", a->code_dir,
+                 "Python sources for lcc (searched recursively, test directories left out)")
       ->capture_default_str();
   app.add_option("--words", a->words, "word list, one per line (keys, CWE's words)")
       ->capture_default_str();

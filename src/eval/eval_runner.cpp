@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -13,6 +15,7 @@
 #include "core/atomic_file.h"
 #include "engine/generator.h"
 #include "eval/eval_summary.h"
+#include "eval/longdoc_tasks.h"
 #include "kvcache/factory.h"
 #include "kvcache/registry.h"
 
@@ -22,8 +25,15 @@ using json = nlohmann::json;
 
 Status EvalOptions::validate() const {
   if (tasks.empty()) return Status::error("no tasks given");
-  for (const auto& t : tasks)
-    if (!is_ruler_task(t)) return Status::error(fmt::format("unknown task '{}'", t));
+  bool agreement = false;
+  for (const auto& t : tasks) {
+    if (!is_ruler_task(t) && !is_longdoc_task(t))
+      return Status::error(fmt::format("unknown task '{}'", t));
+    agreement |= t == "doc_qa" || t == "doc_sum";
+  }
+  if (agreement && std::find(variants.begin(), variants.end(), "full") == variants.end())
+    return Status::error(
+        "doc_qa and doc_sum score agreement with FullKV's answer: add the variant 'full'");
   if (lengths.empty()) return Status::error("no lengths given");
   for (int64_t l : lengths)
     if (l < 256) return Status::error(fmt::format("length {} is too short (at least 256)", l));
@@ -88,6 +98,20 @@ Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
 }
 
 std::string budget_str(double b) { return fmt::format("{:g}", b); }
+
+const char* metric_name(RulerMetric m) {
+  switch (m) {
+    case RulerMetric::kMatchAll:
+      return "string_match_all";
+    case RulerMetric::kMatchPart:
+      return "string_match_part";
+    case RulerMetric::kEditSim:
+      return "edit_similarity";
+    case RulerMetric::kAgreeFull:
+      return "rouge_l_vs_fullkv";
+  }
+  return "?";
+}
 
 }  // namespace
 
@@ -176,7 +200,15 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
   auto old = read_eval_results(path, &n_bad);
   if (!old) return old.status();
   std::set<std::string> done;
+  // FullKV's outputs, which the agreement tasks score against: "task|length|sample" -> output.
+  std::map<std::string, std::string> full_output;
+  auto sample_key = [](const std::string& task, int64_t length, int sample) {
+    return fmt::format("{}|{}|{}", task, length, sample);
+  };
   for (const auto& j : *old) {
+    if (j.value("variant", "") == "full")
+      full_output[sample_key(j.value("task", ""), j.value("length", int64_t(0)),
+                             j.value("sample", 0))] = j.value("output", "");
     const std::string m = j.value("model", "");
     if (!opts.model_name.empty() && m != opts.model_name)
       return Status::error(
@@ -251,6 +283,8 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
                  {"haystack_units", sample->haystack_units},
                  {"max_new_tokens", sample->max_new_tokens},
                  {"expected", sample->expected},
+                 {"metric", metric_name(sample->metric)},
+                 {"source", sample->source},
                  {"prompt", *text}};
           prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
           prompts += '\n';
@@ -296,11 +330,23 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
         QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, &st));
 
         std::string last = fmt::format("{} {} #{}:", task, length, si);
+        std::vector<std::string> texts;
         for (size_t i = 0; i < reqs.size(); ++i) {
-          const EvalVariant& v = *pending[i];
           std::vector<int32_t> ids = reqs[i].output;
           if (reqs[i].hit_stop && !ids.empty()) ids.pop_back();
-          const std::string text = tok.decode(ids);
+          texts.push_back(tok.decode(ids));
+          if (pending[i]->spec == "full") full_output[sample_key(task, length, si)] = texts.back();
+        }
+        if (sample->metric == RulerMetric::kAgreeFull) {
+          const auto it = full_output.find(sample_key(task, length, si));
+          if (it == full_output.end())
+            return Status::error(
+                fmt::format("{} {} #{}: no FullKV output to score against", task, length, si));
+          sample->expected = {it->second};
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          const EvalVariant& v = *pending[i];
+          const std::string& text = texts[i];
           const double score = score_ruler(sample->metric, text, sample->expected);
           json j;
           j["task"] = task;
@@ -316,8 +362,12 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           j["n_generated"] = reqs[i].output.size();
           j["hit_stop"] = reqs[i].hit_stop;
           j["output"] = text;
-          j["expected"] = sample->expected;
+          j["expected"] = sample->expected;  // doc_qa, doc_sum: FullKV's output
           j["score"] = score;
+          j["metric"] = metric_name(sample->metric);
+          if (sample->metric == RulerMetric::kEditSim)
+            j["exact_match"] = code_line_exact(text, sample->expected.at(0));
+          if (!sample->source.empty()) j["source"] = sample->source;
           // Times are the batch's: all pending variants of this sample ran together.
           j["batch"] = reqs.size();
           j["prefill_seconds"] = st.prompt_seconds;

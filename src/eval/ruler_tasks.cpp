@@ -18,6 +18,8 @@
 #include <random>
 #include <set>
 
+#include "eval/longdoc_tasks.h"
+
 namespace qevict::eval {
 
 namespace {
@@ -514,10 +516,12 @@ Expected<RulerSample> build_ruler_sample(const std::string& task, int64_t length
 Expected<RulerSample> make_ruler_sample(const std::string& task, int64_t length, int sample,
                                         uint64_t base_seed, const RulerResources& res,
                                         const PromptTokenCounter& count) {
-  const int max_new = ruler_max_new_tokens(task);
+  const bool longdoc = is_longdoc_task(task);
+  const int max_new = longdoc ? longdoc_max_new_tokens(task) : ruler_max_new_tokens(task);
   // Tokens of the prompt with n haystack units, or an error.
   auto tokens = [&](int64_t n, RulerSample* out) -> Expected<int64_t> {
-    auto s = build_ruler_sample(task, length, sample, base_seed, n, res);
+    auto s = longdoc ? build_longdoc_sample(task, length, sample, base_seed, n, res)
+                     : build_ruler_sample(task, length, sample, base_seed, n, res);
     if (!s) return s.status();
     auto t = count(s->input, s->answer_prefix);
     if (!t) return t.status();
@@ -525,7 +529,7 @@ Expected<RulerSample> make_ruler_sample(const std::string& task, int64_t length,
     if (out) *out = std::move(*s);
     return *t;
   };
-  int64_t lo = min_units(task);
+  int64_t lo = longdoc ? longdoc_min_units(task) : min_units(task);
   RulerSample best;
   auto t_lo = tokens(lo, &best);
   if (!t_lo) return t_lo.status();
@@ -585,7 +589,11 @@ double score_match_part(const std::string& output, const std::vector<std::string
 
 double score_ruler(RulerMetric metric, const std::string& output,
                    const std::vector<std::string>& expected) {
+  if (metric == RulerMetric::kEditSim)  // the raw output: its lines and indentation count
+    return expected.empty() ? 0.0 : code_line_similarity(output, expected[0]);
   const std::string p = postprocess_prediction(output);
+  if (metric == RulerMetric::kAgreeFull)
+    return expected.empty() ? 0.0 : rouge_l_f1(p, postprocess_prediction(expected[0]));
   return metric == RulerMetric::kMatchAll ? score_match_all(p, expected)
                                           : score_match_part(p, expected);
 }

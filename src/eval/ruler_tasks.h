@@ -19,12 +19,16 @@ namespace qevict::eval {
 // How a sample's output is scored against its expected strings (RULER's eval/synthetic
 // metrics): kMatchAll = share of the expected strings found in the output (string_match_all),
 // kMatchPart = 1 if any is found (string_match_part). Case-insensitive substring matches.
-enum class RulerMetric { kMatchAll, kMatchPart };
+// The long-document tasks (longdoc_tasks.h): kEditSim = edit similarity of the output's first
+// code line to expected[0]; kAgreeFull = ROUGE-L F1 of the output against expected[0], which
+// the runner sets to FullKV's output for the same sample.
+enum class RulerMetric { kMatchAll, kMatchPart, kEditSim, kAgreeFull };
 
 // The material a haystack is made of. Both lists are read at run time (eval/ruler_resources.h).
 struct RulerResources {
   std::vector<std::string> essay_words;  // real prose split on whitespace, in reading order
   std::vector<std::string> words;        // distinct lowercase words: keys, CWE's word lists
+  std::vector<std::string> code_files;   // source files for lcc (find_code_files), by path
 };
 
 // One generated prompt. The model sees `input` as the user turn of its chat template and
@@ -42,6 +46,7 @@ struct RulerSample {
   RulerMetric metric = RulerMetric::kMatchAll;
   int64_t haystack_units = 0;  // words, noise lines, distractor needles or list entries used
   int64_t prompt_tokens = 0;   // as counted by the PromptTokenCounter
+  std::string source;          // lcc: file:line of the target; doc_qa: the term asked about
 };
 
 // Counts the tokens the model will read for (input, answer_prefix): chat template included.
@@ -58,7 +63,8 @@ int ruler_max_new_tokens(const std::string& task);
 // The fixed seed of one sample: FNV-1a of "task/length/sample" mixed with `base` (--seed).
 uint64_t ruler_seed(const std::string& task, int64_t length, int sample, uint64_t base);
 
-// Builds sample `sample` of `task` at `length` tokens: the largest haystack whose prompt, as
+// Builds sample `sample` of `task` (RULER's or a long-document task, longdoc_tasks.h) at
+// `length` tokens: the largest haystack whose prompt, as
 // counted by `count`, plus the task's max_new_tokens fits in `length` (binary search, as
 // RULER's generators do). Errors: unknown task, empty resources, a length too short for the
 // template, or a counter error.

@@ -1,0 +1,60 @@
+// Long-document tasks on real inputs (issue 11), beside the RULER-style ones (ruler_tasks.h) and
+// built on the same RulerSample, seeds and length fitting:
+//   lcc      the next line of a real Python source file from the machine (the standard library
+//            of Debian's python3.11), after up to `length` tokens of the lines before it, in
+//            the style of LongBench's LCC (Bai et al. 2023, arXiv 2308.14508: its lcc prompt
+//            "Please complete the code given below. {context}Next line of code:", 64 new
+//            tokens; score: edit similarity of the first code line of the output, and exact
+//            match on the side). The model may have seen these files in training: the scores
+//            compare caches on the same model, not models.
+//   doc_qa   a question about a term defined deep in a long excerpt of the haystack prose (the
+//            Jargon File): what does the document say about ':term:'?
+//   doc_sum  a two- or three-sentence summary of a long excerpt.
+// doc_qa and doc_sum have no reference answer: they score the agreement of a variant's greedy
+// output with FullKV's own (ROUGE-L F1 over words) — what compression costs, whatever the
+// model's skill — so they need the variant `full` in the same run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "eval/ruler_tasks.h"
+
+namespace qevict::eval {
+
+// lcc, doc_qa, doc_sum.
+const std::vector<std::string>& longdoc_task_names();
+bool is_longdoc_task(const std::string& name);
+// Tokens generated: lcc 64, doc_qa 48, doc_sum 96.
+int longdoc_max_new_tokens(const std::string& task);
+// The fewest units (lcc: context lines; doc_*: words) a sample may have.
+int64_t longdoc_min_units(const std::string& task);
+
+// Python source files under `dir` (recursively, sorted by path) that suit lcc: at least
+// `min_bytes` long, with at least one `def` per 2,000 bytes (code, not data tables), outside
+// test, idlelib and site/dist-packages directories. Errors when `dir` cannot be listed.
+Expected<std::vector<std::string>> find_code_files(const std::string& dir, int64_t min_bytes);
+
+// Sample `sample` of `task` with `units` units of context. lcc draws (from the seed alone, so
+// that the length fitting sees one file and one target) a file whose target line lies at least
+// 4.5 bytes per token of `length` into it, and a target line there that is code: not blank, a
+// comment, a decorator alone, a string or inside a triple-quoted one; its context is the
+// `units` lines before it (fewer at the file's start). doc_* draw an excerpt start in the
+// prose; doc_qa asks about a ':term:' headword in the middle half of the excerpt (anywhere in
+// it when the middle has none; the excerpt's middle word when it has none at all).
+Expected<RulerSample> build_longdoc_sample(const std::string& task, int64_t length, int sample,
+                                           uint64_t base_seed, int64_t units,
+                                           const RulerResources& res);
+
+// LongBench's code_sim_score, rewritten: the first line of the output (leading blank lines
+// dropped) that holds no '`', '#' or '//', then 2·LCS / (|a| + |b|) over characters against
+// the expected line (the indel ratio of fuzz.ratio), both stripped; in [0, 1].
+double code_line_similarity(const std::string& output, const std::string& expected);
+// The same first code line equals the expected line, both stripped.
+bool code_line_exact(const std::string& output, const std::string& expected);
+// ROUGE-L F1 over lowercase alphanumeric words; 1 when both are empty.
+double rouge_l_f1(const std::string& a, const std::string& b);
+
+}  // namespace qevict::eval
