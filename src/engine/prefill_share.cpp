@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "kernels/attention.h"
+
 namespace qevict {
 
 RecordingKvCache::RecordingKvCache(SequenceKvCache* inner, const KvShape& shape)
@@ -42,9 +44,68 @@ Status RecordingKvCache::commit() {
 
 void RecordingKvCache::clear() {
   calls_.clear();
+  have_mass_ = false;
   n_recorded_ = 0;
   open_ = false;
   inner_->clear();
+}
+
+size_t RecordingKvCache::mass_bytes() const {
+  size_t b = 0;
+  for (const Call& c : calls_) b += c.mass.size() * sizeof(double);
+  return b;
+}
+
+void RecordingKvCache::compute_masses(ThreadPool& pool) {
+  const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
+  const int qw = shape_.q_width(), kvw = shape_.kv_width();
+  const int64_t n_all = n_recorded_;
+  // Every recorded token in f16, per layer and KV head: half [n_layers][H][n_all][d].
+  std::vector<uint16_t> kh(size_t(shape_.n_layers) * H * n_all * d), vh(kh.size());
+  auto row = [&](std::vector<uint16_t>& x, int l, int h, int64_t pos) {
+    return x.data() + ((size_t(l) * H + h) * n_all + pos) * d;
+  };
+  int64_t n_past = 0;
+  for (const Call& c : calls_) {
+    for (int l = 0; l < shape_.n_layers; ++l)
+      for (int64_t t = 0; t < c.n_new; ++t)
+        for (int h = 0; h < H; ++h) {
+          const size_t at = (size_t(l) * c.n_new + t) * kvw + size_t(h) * d;
+          f32_to_half(HalfType::kF16, c.k.data() + at, row(kh, l, h, n_past + t), d);
+          f32_to_half(HalfType::kF16, c.v.data() + at, row(vh, l, h, n_past + t), d);
+        }
+    n_past += c.n_new;
+  }
+  FusedAttnParams fp = FusedAttnParams::make(HalfType::kF16, g, d);
+  fp.token_ml = true;
+  BlockAttnScratch scratch;
+  std::vector<KvBlockRef> blocks(static_cast<size_t>(H));
+  std::vector<int64_t> head_off(size_t(H) + 1);
+  for (int h = 0; h <= H; ++h) head_off[size_t(h)] = h;
+  std::vector<float> out;
+  n_past = 0;
+  for (Call& c : calls_) {
+    const int64_t n = n_past + c.n_new;
+    const size_t qn = size_t(c.n_new) * size_t(qw);
+    out.resize(qn);
+    c.mass.assign(size_t(shape_.n_layers) * H * n, 0.0);
+    for (int l = 0; l < shape_.n_layers; ++l) {
+      for (int h = 0; h < H; ++h) {  // one block per head: positions [0, n), rows contiguous
+        KvBlockRef& r = blocks[size_t(h)];
+        r = KvBlockRef();
+        r.pos0 = 0;
+        r.n = int32_t(n);
+        r.k = row(kh, l, h, 0);
+        r.v = row(vh, l, h, 0);
+        r.ld = d;
+      }
+      attend_blocks(fp, H, c.q.data() + size_t(l) * qn, qw, c.n_new, n_past, blocks.data(),
+                    head_off.data(), out.data(), c.mass.data() + size_t(l) * H * n,
+                    MassLayout::kPerHeadBlock, scratch, pool);
+    }
+    n_past = n;
+  }
+  have_mass_ = true;
 }
 
 size_t RecordingKvCache::recorded_bytes() const {
@@ -53,7 +114,7 @@ size_t RecordingKvCache::recorded_bytes() const {
   return b;
 }
 
-Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) const {
+Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
   if (open_) return Status::error("shared prefill: a recorded call was not committed");
   if (dst->n_past() != 0)
     return Status::error(
@@ -64,6 +125,26 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) const {
         "replayed from another cache (use --prefill-route end)",
         dst->describe()));
   if (wo_) dst->set_output_projection(wo_);
+  const SequenceKvCache::PromptReplay mode = dst->prompt_replay();
+  if (mode == SequenceKvCache::PromptReplay::kMasses && !have_mass_) compute_masses(pool);
+  if (mode != SequenceKvCache::PromptReplay::kAttend) {
+    int64_t n_past = 0;
+    for (const Call& c : calls_) {
+      QEVICT_RETURN_IF_ERROR(dst->begin(c.n_new));
+      const size_t qn = size_t(c.n_new) * size_t(shape_.q_width());
+      const size_t kvn = size_t(c.n_new) * size_t(shape_.kv_width());
+      const size_t mn = size_t(shape_.n_kv_heads) * size_t(n_past + c.n_new);
+      for (int l = 0; l < shape_.n_layers; ++l)
+        dst->append_prompt(l, c.q.data() + size_t(l) * qn, c.k.data() + size_t(l) * kvn,
+                           c.v.data() + size_t(l) * kvn,
+                           mode == SequenceKvCache::PromptReplay::kMasses
+                               ? c.mass.data() + size_t(l) * mn
+                               : nullptr);
+      QEVICT_RETURN_IF_ERROR(dst->commit());
+      n_past += c.n_new;
+    }
+    return Status::ok();
+  }
   std::vector<float> out;
   for (const Call& c : calls_) {
     QEVICT_RETURN_IF_ERROR(dst->begin(c.n_new));

@@ -55,19 +55,30 @@ class RecordingKvCache final : public SequenceKvCache {
 
   // Feeds every recorded call to `dst`, which must be empty, hold the shape this recording
   // was made for, and keep every prompt token until end_prompt() (see the header comment).
-  // Does not call dst->end_prompt(): the caller does, as after its own prefill.
-  Status replay(SequenceKvCache* dst, ThreadPool& pool) const;
+  // Does not call dst->end_prompt(): the caller does, as after its own prefill. A cache that
+  // needs no attention outputs (SequenceKvCache::prompt_replay()) gets its tokens without
+  // attention, and the attention masses when it scores by them: computed on the first such
+  // replay (one f16 attention pass over the recording) and kept for the next.
+  Status replay(SequenceKvCache* dst, ThreadPool& pool);
+  // Bytes the kept masses hold: f64 per (call, layer, KV head, position so far).
+  size_t mass_bytes() const;
 
  private:
   struct Call {
     int64_t n_new = 0;
     std::vector<float> q, k, v;  // f32 [n_layers][n_new][q_width or kv_width]
+    // The replay masses (SequenceKvCache::append_prompt), once computed:
+    // f64 [n_layers][n_kv_heads][n_past + n_new].
+    std::vector<double> mass;
   };
+  // Fills every call's mass: causal f16 attention of its queries over every recorded token.
+  void compute_masses(ThreadPool& pool);
   SequenceKvCache* inner_;
   KvShape shape_;
   std::vector<Call> calls_;
   int64_t n_recorded_ = 0;
-  bool open_ = false;  // a call between begin() and commit()
+  bool open_ = false;       // a call between begin() and commit()
+  bool have_mass_ = false;  // every call's mass is filled
   const OutputProjection* wo_ = nullptr;
 };
 

@@ -35,6 +35,12 @@ class FullKvCache final : public SequenceKvCache {
               ThreadPool& pool) override;
   Status commit() override;
   bool prefill_keeps_everything() const override { return true; }
+  // Replay stores the tokens (unless an observer wants every call's attention).
+  PromptReplay prompt_replay() const override {
+    return observer_ ? PromptReplay::kAttend : PromptReplay::kStore;
+  }
+  void append_prompt(int layer, const float* q, const float* k, const float* v,
+                     const double* mass) override;
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;

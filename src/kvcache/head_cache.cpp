@@ -122,11 +122,28 @@ Status HeadKvCache::begin(int64_t n_new) {
   return Status::ok();
 }
 
-void HeadKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
-                         ThreadPool& pool) {
+SequenceKvCache::PromptReplay HeadKvCache::prompt_replay() const {
+  if (!prefill_keeps_everything() || obs_decode_) return PromptReplay::kAttend;
+  if (!needs_.cumulative_scores) return PromptReplay::kStore;
+  return p_.dtype == HalfType::kF16 ? PromptReplay::kMasses : PromptReplay::kAttend;
+}
+
+void HeadKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
+                                const double* mass) {
+  append_tokens(layer, q, k, v);
+  if (!mass || !needs_.cumulative_scores) return;
+  const int64_t n = n_past_ + n_new_;  // every position is kept while the prompt is read
+  const double inv_g = 1.0 / shape_.group();
+  for (int h = 0; h < shape_.n_kv_heads; ++h) {
+    HeadStore& s = head(layer, h);
+    for (int64_t i = 0; i < s.n(); ++i)
+      s.score[size_t(i)] += mass[h * n + s.pos[size_t(i)]] * inv_g;
+  }
+}
+
+void HeadKvCache::append_tokens(int layer, const float* q, const float* k, const float* v) {
   const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
-  const int qw = shape_.q_width(), kvw = shape_.kv_width();
-  const size_t steady = size_t(steady_tokens_);
+  const int kvw = shape_.kv_width();
   if (needs_.obs_window > 0 && !obs_decode_) keep_queries(layer, q);
   const bool omax = obs_decode_ && needs_.obs_max_kernel > 0;
   for (int h = 0; h < H; ++h) {
@@ -151,7 +168,14 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
     if (obs_decode_) s.osum.resize(n1 * g, 0.0f);
     if (omax) s.omax.resize(n1, 0.0f);
   }
+}
 
+void HeadKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
+                         ThreadPool& pool) {
+  const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
+  const int qw = shape_.q_width();
+  const size_t steady = size_t(steady_tokens_);
+  append_tokens(layer, q, k, v);
   // Blocks: runs of consecutive kept positions (rows are in position order and the new
   // tokens are the last rows), with masses per token: each token's probability mass is its
   // H2O score increment.

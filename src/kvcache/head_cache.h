@@ -80,6 +80,11 @@ class HeadKvCache final : public SequenceKvCache {
   Status end_prompt() override;
   Status route() override;
   bool prefill_keeps_everything() const override { return p_.prefill_route == "end"; }
+  // Replay: the tokens (and the queries the observation window keeps); H2O's scores from the
+  // shared masses (f16 attention, as this cache's own with the default --kv-dtype).
+  PromptReplay prompt_replay() const override;
+  void append_prompt(int layer, const float* q, const float* k, const float* v,
+                     const double* mass) override;
   void set_output_projection(const OutputProjection* wo) override { wo_ = wo; }
   void clear() override;
   size_t bytes_held() const override;
@@ -110,6 +115,9 @@ class HeadKvCache final : public SequenceKvCache {
   const HeadStore& head(int layer, int kv_head) const {
     return heads_[size_t(layer) * shape_.n_kv_heads + kv_head];
   }
+  // Appends the call's tokens to every head of `layer` (and keeps the prompt's queries for
+  // the observation window): attend() without the attention.
+  void append_tokens(int layer, const float* q, const float* k, const float* v);
   Status route_head(HeadStore& s);
   Status route_layer(int layer);
   // Builds request_ for `layer`: candidates, the layer's budget, and with `inputs` the

@@ -86,6 +86,24 @@ class SequenceKvCache {
   // activations (engine/prefill_share.h replays one prefill into several caches).
   virtual bool prefill_keeps_everything() const { return false; }
 
+  // What replaying a recorded prompt call into this cache needs (engine/prefill_share.h), for
+  // a cache that keeps everything until end_prompt(). kAttend: attention itself (its outputs
+  // or statistics only the cache computes; the default: replay calls attend()). kStore: only
+  // the tokens (replay calls append_prompt() without masses). kMasses: the tokens and the
+  // attention mass each position received, which replay computes once for every cache that
+  // asks — a prompt then costs one attention pass, not one per cache.
+  enum class PromptReplay { kAttend, kStore, kMasses };
+  virtual PromptReplay prompt_replay() const { return PromptReplay::kAttend; }
+  // Stores one prompt call's tokens in `layer` as attend() would, without attention
+  // (prompt_replay() is kStore or kMasses); q as attend()'s (a cache may keep queries).
+  // mass (kMasses, else null): f64 [n_kv_heads][n_past + n_new], the probability each
+  // position received from the call's queries, summed over them and over the KV head's group
+  // of query heads, under causal f16 attention over every position so far.
+  virtual void append_prompt(int layer, const float* q, const float* k, const float* v,
+                             const double* mass) {
+    (void)layer, (void)q, (void)k, (void)v, (void)mass;
+  }
+
   // The model's output projections (Model::forward binds them on every call; they must
   // outlive the cache's next routing event). Caches whose policy does not read them ignore it.
   virtual void set_output_projection(const OutputProjection* wo) { (void)wo; }

@@ -47,6 +47,26 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   for (int64_t b = 0; b < nb; ++b) store_.add_score(layer, block_window_[b], mass_[b] * inv_hq);
 }
 
+void TieredKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
+                                  const double* mass) {
+  (void)q;
+  const int H = shape_.n_kv_heads, kvw = shape_.kv_width();
+  for (int64_t t = 0; t < n_new_; ++t)
+    store_.store_token(layer, n_past_ + t, k + t * kvw, v + t * kvw);
+  if (!mass) return;
+  // The masses attend() would have summed per block (kSumOverHeads), position by position.
+  store_.attention_blocks(layer, n_past_ + n_new_, &blocks_, &block_window_);
+  const int64_t n = n_past_ + n_new_;
+  const double inv_hq = 1.0 / shape_.n_q_heads;
+  for (size_t b = 0; b < block_window_.size(); ++b) {
+    double m = 0.0;
+    for (int h = 0; h < H; ++h)
+      for (int64_t i = blocks_[b].pos0; i < blocks_[b].pos0 + blocks_[b].n; ++i)
+        m += mass[h * n + i];
+    store_.add_score(layer, block_window_[b], m * inv_hq);
+  }
+}
+
 FusedAttnParams TieredKvCache::fused_params() const {
   FusedAttnParams fp = FusedAttnParams::make(p_.dtype, shape_.group(), shape_.head_dim);
   fp.qlayout = &qlayout_;

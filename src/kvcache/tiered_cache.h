@@ -51,6 +51,16 @@ class TieredKvCache final : public SequenceKvCache {
   Status end_prompt() override;
   Status route() override;
   bool prefill_keeps_everything() const override { return defer_prefill_; }
+  // Replay of a deferred prompt: the tokens, and window scores from the shared masses (f16
+  // attention over every prompt token, as this cache's own with the default --kv-dtype).
+  // With --prefill-window the scores are the window's own: replay attends.
+  PromptReplay prompt_replay() const override {
+    return defer_prefill_ && p_.prefill_window == 0 && p_.dtype == HalfType::kF16
+               ? PromptReplay::kMasses
+               : PromptReplay::kAttend;
+  }
+  void append_prompt(int layer, const float* q, const float* k, const float* v,
+                     const double* mass) override;
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;

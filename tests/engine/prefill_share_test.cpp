@@ -1,8 +1,9 @@
 // Shared prefill (engine/prefill_share.h): a prompt recorded through one cache and replayed
-// into another leaves that cache exactly as feeding it the same calls would — FullKV,
-// qevict and H2O with --prefill-route end — with the routing event at end_prompt() and the
-// decode steps after it bit-identical; caches that compress during prefill, non-empty
-// targets and open calls are refused.
+// into another leaves that cache as feeding it the same calls would — FullKV, qevict, H2O and
+// StreamingLLM with --prefill-route end (qevict and H2O from the recording's shared masses)
+// and the SnapKV family (tokens only) — with the routing event at end_prompt() and the decode
+// steps after it bit-identical; caches that compress during prefill, non-empty targets and
+// open calls are refused.
 #include "engine/prefill_share.h"
 
 #include <gtest/gtest.h>
@@ -102,20 +103,30 @@ TEST_P(PrefillShare, ReplayedCacheDecodesBitIdenticallyToFedCache) {
   EXPECT_EQ(replayed->n_past(), fed->n_past());
   ASSERT_TRUE(fed->end_prompt().is_ok());
   ASSERT_TRUE(replayed->end_prompt().is_ok());
-  EXPECT_EQ(replayed->bytes_held(), fed->bytes_held());
+  // The same storage (scratch differs: a replay without attention grows none of it).
+  auto storage = [](const SequenceKvCache& c, size_t* held) {
+    KvReport r;
+    c.report(&r, ReportDetail::kSummary);
+    *held = r.bytes_held;
+    std::vector<size_t> per_layer;
+    for (const auto& l : r.layers) per_layer.push_back(l.bytes_allocated);
+    return per_layer;
+  };
+  size_t held_fed = 0, held_replayed = 0;
+  EXPECT_EQ(storage(*replayed, &held_replayed), storage(*fed, &held_fed));
+  EXPECT_LE(held_replayed, held_fed);
   for (const Call& c : decode) {
     const std::vector<float> a = run(*fed, c, pool), b = run(*replayed, c, pool);
     ASSERT_EQ(a, b) << "decode step at position " << fed->n_past();
   }
-  KvReport ra, rb;
-  fed->report(&ra, ReportDetail::kSummary);
-  replayed->report(&rb, ReportDetail::kSummary);
-  EXPECT_EQ(ra.bytes_held, rb.bytes_held);
+  EXPECT_EQ(storage(*replayed, &held_replayed), storage(*fed, &held_fed));
+  EXPECT_LE(held_replayed, held_fed + 1024);  // decode scratch may grow in another order
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PrefillShare,
-                         ::testing::Values(Case{"full", 0.0}, Case{"qevict", 0.2},
-                                           Case{"h2o", 0.3}),
+                         ::testing::Values(Case{"full", 0.0}, Case{"qevict", 0.2}, Case{"h2o", 0.3},
+                                           Case{"streaming", 0.3}, Case{"snapkv", 0.5},
+                                           Case{"adakv", 0.5}),
                          [](const auto& info) { return info.param.policy; });
 
 TEST(PrefillShareErrors, RefusesCompressingDuringPrefillNonEmptyTargetsAndOpenCalls) {
