@@ -6,6 +6,9 @@
 #include <algorithm>
 
 #include "kernels/attention.h"
+#include "kernels/ops.h"
+#include "kernels/ref/dequant.h"
+#include "kvcache/head_cache.h"
 
 namespace qevict {
 
@@ -44,7 +47,7 @@ Status RecordingKvCache::commit() {
 
 void RecordingKvCache::clear() {
   calls_.clear();
-  have_mass_ = false;
+  have_mass_ = have_nu_ = false;
   n_recorded_ = 0;
   open_ = false;
   inner_->clear();
@@ -52,8 +55,40 @@ void RecordingKvCache::clear() {
 
 size_t RecordingKvCache::mass_bytes() const {
   size_t b = 0;
-  for (const Call& c : calls_) b += c.mass.size() * sizeof(double);
+  for (const Call& c : calls_) b += c.mass.size() * sizeof(double) + c.nu.size() * sizeof(float);
   return b;
+}
+
+void RecordingKvCache::compute_value_norms(ThreadPool& pool) {
+  const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
+  const int64_t qw = shape_.q_width(), kvw = shape_.kv_width();
+  const int L = shape_.n_layers;
+  for (Call& c : calls_) c.nu.assign(size_t(L) * H * c.n_new, 0.0f);
+  constexpr int64_t kTile = 64;  // value rows per matmul
+  pool.parallel_for(L, 1, [&](int64_t l0, int64_t l1) {
+    std::vector<float> wof, y, vf(static_cast<size_t>(kTile * d)), nu(static_cast<size_t>(kTile));
+    std::vector<uint16_t> half(static_cast<size_t>(d));
+    for (int64_t l = l0; l < l1; ++l) {
+      const WeightView& W = wo_->wo[size_t(l)];
+      const int64_t E = W.n_rows;
+      wof.resize(size_t(E) * qw);
+      for (int64_t r = 0; r < E; ++r)
+        ref::dequantize_row(W.type, W.data + size_t(r) * W.row_bytes, wof.data() + r * qw, qw);
+      for (Call& c : calls_)
+        for (int h = 0; h < H; ++h)
+          for (int64_t t0 = 0; t0 < c.n_new; t0 += kTile) {
+            const int64_t m = std::min(kTile, c.n_new - t0);
+            for (int64_t t = 0; t < m; ++t) {  // the value row as a cache stores it (f16)
+              const float* src = c.v.data() + (size_t(l) * c.n_new + t0 + t) * kvw + size_t(h) * d;
+              f32_to_half(HalfType::kF16, src, half.data(), d);
+              half_to_f32(HalfType::kF16, half.data(), vf.data() + t * d, d);
+            }
+            value_norm_rows(wof.data(), E, qw, h, g, d, vf.data(), m, nu.data(), &y);
+            std::copy_n(nu.data(), m, c.nu.data() + (size_t(l) * H + h) * c.n_new + t0);
+          }
+    }
+  });
+  have_nu_ = true;
 }
 
 void RecordingKvCache::compute_masses(ThreadPool& pool) {
@@ -127,6 +162,9 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
   if (wo_) dst->set_output_projection(wo_);
   const SequenceKvCache::PromptReplay mode = dst->prompt_replay();
   if (mode == SequenceKvCache::PromptReplay::kMasses && !have_mass_) compute_masses(pool);
+  const bool nu = mode != SequenceKvCache::PromptReplay::kAttend &&
+                  dst->prompt_replay_value_norms() && wo_ && int(wo_->wo.size()) >= shape_.n_layers;
+  if (nu && !have_nu_) compute_value_norms(pool);
   if (mode != SequenceKvCache::PromptReplay::kAttend) {
     int64_t n_past = 0;
     for (const Call& c : calls_) {
@@ -134,12 +172,13 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
       const size_t qn = size_t(c.n_new) * size_t(shape_.q_width());
       const size_t kvn = size_t(c.n_new) * size_t(shape_.kv_width());
       const size_t mn = size_t(shape_.n_kv_heads) * size_t(n_past + c.n_new);
-      for (int l = 0; l < shape_.n_layers; ++l)
+      for (int l = 0; l < shape_.n_layers; ++l) {
+        SequenceKvCache::PromptExtras x;
+        if (mode == SequenceKvCache::PromptReplay::kMasses) x.mass = c.mass.data() + size_t(l) * mn;
+        if (nu) x.value_norm = c.nu.data() + size_t(l) * shape_.n_kv_heads * c.n_new;
         dst->append_prompt(l, c.q.data() + size_t(l) * qn, c.k.data() + size_t(l) * kvn,
-                           c.v.data() + size_t(l) * kvn,
-                           mode == SequenceKvCache::PromptReplay::kMasses
-                               ? c.mass.data() + size_t(l) * mn
-                               : nullptr);
+                           c.v.data() + size_t(l) * kvn, x);
+      }
       QEVICT_RETURN_IF_ERROR(dst->commit());
       n_past += c.n_new;
     }

@@ -60,7 +60,8 @@ class RecordingKvCache final : public SequenceKvCache {
   // attention, and the attention masses when it scores by them: computed on the first such
   // replay (one f16 attention pass over the recording) and kept for the next.
   Status replay(SequenceKvCache* dst, ThreadPool& pool);
-  // Bytes the kept masses hold: f64 per (call, layer, KV head, position so far).
+  // Bytes the kept masses and value norms hold: f64 per (call, layer, KV head, position so
+  // far), f32 per (layer, KV head, token).
   size_t mass_bytes() const;
 
  private:
@@ -70,7 +71,12 @@ class RecordingKvCache final : public SequenceKvCache {
     // The replay masses (SequenceKvCache::append_prompt), once computed:
     // f64 [n_layers][n_kv_heads][n_past + n_new].
     std::vector<double> mass;
+    // The new tokens' value norms (SequenceKvCache::PromptExtras), once computed:
+    // f32 [n_layers][n_kv_heads][n_new].
+    std::vector<float> nu;
   };
+  // Fills every call's nu from the bound output projection (value_norm_rows).
+  void compute_value_norms(ThreadPool& pool);
   // Fills every call's mass: causal f16 attention of its queries over every recorded token.
   void compute_masses(ThreadPool& pool);
   SequenceKvCache* inner_;
@@ -79,6 +85,7 @@ class RecordingKvCache final : public SequenceKvCache {
   int64_t n_recorded_ = 0;
   bool open_ = false;       // a call between begin() and commit()
   bool have_mass_ = false;  // every call's mass is filled
+  bool have_nu_ = false;    // every call's nu is filled
   const OutputProjection* wo_ = nullptr;
 };
 

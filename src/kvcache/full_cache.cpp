@@ -39,8 +39,8 @@ uint16_t* FullKvCache::v_at(int layer, int64_t pos, int kv_head) {
 }
 
 void FullKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
-                                const double* mass) {
-  (void)q, (void)mass;
+                                const PromptExtras& x) {
+  (void)q, (void)x;
   const int d = shape_.head_dim, hkv = shape_.n_kv_heads, kvw = shape_.kv_width();
   for (int64_t t = 0; t < n_new_; ++t) {
     for (int h = 0; h < hkv; ++h) {
@@ -54,7 +54,7 @@ void FullKvCache::attend(int layer, const float* q, const float* k, const float*
                          ThreadPool& pool) {
   const int d = shape_.head_dim, g = shape_.group(), hkv = shape_.n_kv_heads;
   const int qw = shape_.q_width();
-  append_prompt(layer, q, k, v, nullptr);  // stores the call's tokens
+  append_prompt(layer, q, k, v, PromptExtras());  // stores the call's tokens
 
   // Blocks: one per page (KV head h's pages are contiguous rows of head_dim).
   const int64_t total = n_past_ + n_new_;

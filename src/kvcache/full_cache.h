@@ -40,7 +40,7 @@ class FullKvCache final : public SequenceKvCache {
     return observer_ ? PromptReplay::kAttend : PromptReplay::kStore;
   }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
-                     const double* mass) override;
+                     const PromptExtras& x) override;
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;

@@ -58,6 +58,27 @@ void append_runs(const std::vector<int32_t>& pos, const uint16_t* k, const uint1
 
 }  // namespace
 
+void value_norm_rows(const float* wo, int64_t E, int64_t qw, int h, int g, int d, const float* v,
+                     int64_t m, float* nu, std::vector<float>* y) {
+  y->resize(size_t(m) * E);
+  std::vector<double> acc(size_t(m), 0.0);
+  for (int j = 0; j < g; ++j) {
+    WeightView wh;
+    wh.type = GgmlType::kF32;
+    wh.data = reinterpret_cast<const uint8_t*>(wo + size_t(h * g + j) * d);
+    wh.n_cols = d;
+    wh.n_rows = E;
+    wh.row_bytes = size_t(qw) * sizeof(float);
+    matmul(wh, v, d, m, y->data(), E, 0, E);
+    for (int64_t t = 0; t < m; ++t) {
+      double l1 = 0.0;
+      for (int64_t e = 0; e < E; ++e) l1 += std::fabs((*y)[size_t(t * E + e)]);
+      acc[size_t(t)] += l1;
+    }
+  }
+  for (int64_t t = 0; t < m; ++t) nu[t] = float(acc[size_t(t)] / g);
+}
+
 Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
                        const PolicyNeeds& needs) {
   const bool by_tokens = p.budget_tokens > 0 && !(p.budget_fraction > 0.0) && p.budget_bytes <= 0;
@@ -129,8 +150,14 @@ SequenceKvCache::PromptReplay HeadKvCache::prompt_replay() const {
 }
 
 void HeadKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
-                                const double* mass) {
+                                const PromptExtras& x) {
   append_tokens(layer, q, k, v);
+  if (x.value_norm && needs_.value_norms)
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      HeadStore& s = head(layer, h);
+      std::copy_n(x.value_norm + h * n_new_, n_new_, s.nu.end() - n_new_);
+    }
+  const double* mass = x.mass;
   if (!mass || !needs_.cumulative_scores) return;
   const int64_t n = n_past_ + n_new_;  // every position is kept while the prompt is read
   const double inv_g = 1.0 / shape_.group();
@@ -402,27 +429,13 @@ Status HeadKvCache::value_norms(int layer) {
         ref::dequantize_row(W.type, W.data + size_t(r) * W.row_bytes, wo_f32_.data() + r * qw, qw);
       dequantized = true;
     }
-    // ν = (1/g) Σ_j ‖v W_O^{h·g+j}‖₁, W_O^{qh} = columns [qh·d, qh·d + d) of W_O.
+    std::vector<float> nu(static_cast<size_t>(kTile));
     for (size_t t0 = 0; t0 < rows.size(); t0 += kTile) {
       const int64_t m = std::min<int64_t>(kTile, int64_t(rows.size() - t0));
       for (int64_t t = 0; t < m; ++t)
         half_to_f32(p_.dtype, s.v.data() + rows[t0 + t] * d, vf.data() + t * d, d);
-      std::vector<double> acc(size_t(m), 0.0);
-      for (int j = 0; j < g; ++j) {
-        WeightView wh;
-        wh.type = GgmlType::kF32;
-        wh.data = reinterpret_cast<const uint8_t*>(wo_f32_.data() + size_t(h * g + j) * d);
-        wh.n_cols = d;
-        wh.n_rows = E;
-        wh.row_bytes = size_t(qw) * sizeof(float);
-        matmul(wh, vf.data(), d, m, y.data(), E, 0, E);
-        for (int64_t t = 0; t < m; ++t) {
-          double l1 = 0.0;
-          for (int64_t e = 0; e < E; ++e) l1 += std::fabs(y[size_t(t * E + e)]);
-          acc[size_t(t)] += l1;
-        }
-      }
-      for (int64_t t = 0; t < m; ++t) s.nu[size_t(rows[t0 + t])] = float(acc[size_t(t)] / g);
+      value_norm_rows(wo_f32_.data(), E, qw, h, g, d, vf.data(), m, nu.data(), &y);
+      for (int64_t t = 0; t < m; ++t) s.nu[size_t(rows[t0 + t])] = nu[size_t(t)];
     }
     for (int64_t i = 0; i < n_h; ++i) request_.value_norm[size_t(b + i)] = s.nu[size_t(first + i)];
   }

@@ -63,6 +63,11 @@ namespace qevict {
 Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
                        const PolicyNeeds& needs);
 
+// CriticalKV's value norms of m value rows of KV head h: ν_i = (1/g) Σ_j ‖v_i W_O^{h·g+j}‖₁,
+// W_O^{qh} the columns [qh·d, qh·d + d) of wo (f32 [E][qw]); v f32 [m][d]; y scratch.
+void value_norm_rows(const float* wo, int64_t E, int64_t qw, int h, int g, int d, const float* v,
+                     int64_t m, float* nu, std::vector<float>* y);
+
 class HeadKvCache final : public SequenceKvCache {
  public:
   // Use make_kv_cache() (factory.h); assumes validated params and a budget made by
@@ -83,8 +88,11 @@ class HeadKvCache final : public SequenceKvCache {
   // Replay: the tokens (and the queries the observation window keeps); H2O's scores from the
   // shared masses (f16 attention, as this cache's own with the default --kv-dtype).
   PromptReplay prompt_replay() const override;
+  bool prompt_replay_value_norms() const override {
+    return needs_.value_norms && p_.dtype == HalfType::kF16;
+  }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
-                     const double* mass) override;
+                     const PromptExtras& x) override;
   void set_output_projection(const OutputProjection* wo) override { wo_ = wo; }
   void clear() override;
   size_t bytes_held() const override;

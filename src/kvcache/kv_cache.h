@@ -94,14 +94,24 @@ class SequenceKvCache {
   // asks — a prompt then costs one attention pass, not one per cache.
   enum class PromptReplay { kAttend, kStore, kMasses };
   virtual PromptReplay prompt_replay() const { return PromptReplay::kAttend; }
+  // Whether replay should also hand over each new token's value norm (CriticalKV's ν, which
+  // the recording computes once for every cache that asks).
+  virtual bool prompt_replay_value_norms() const { return false; }
+  // What replay computed for one call and layer (null when not asked for):
+  //   mass        f64 [n_kv_heads][n_past + n_new]: the probability each position received
+  //               from the call's queries, summed over them and over the KV head's group of
+  //               query heads, under causal f16 attention over every position so far;
+  //   value_norm  f32 [n_kv_heads][n_new]: ν = (1/g) Σ_j ‖v W_O^{h·g+j}‖₁ of each new token
+  //               (value_norm_rows in head_cache.h), v rounded to f16.
+  struct PromptExtras {
+    const double* mass = nullptr;
+    const float* value_norm = nullptr;
+  };
   // Stores one prompt call's tokens in `layer` as attend() would, without attention
   // (prompt_replay() is kStore or kMasses); q as attend()'s (a cache may keep queries).
-  // mass (kMasses, else null): f64 [n_kv_heads][n_past + n_new], the probability each
-  // position received from the call's queries, summed over them and over the KV head's group
-  // of query heads, under causal f16 attention over every position so far.
   virtual void append_prompt(int layer, const float* q, const float* k, const float* v,
-                             const double* mass) {
-    (void)layer, (void)q, (void)k, (void)v, (void)mass;
+                             const PromptExtras& x) {
+    (void)layer, (void)q, (void)k, (void)v, (void)x;
   }
 
   // The model's output projections (Model::forward binds them on every call; they must

@@ -48,8 +48,9 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
 }
 
 void TieredKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
-                                  const double* mass) {
+                                  const PromptExtras& x) {
   (void)q;
+  const double* mass = x.mass;
   const int H = shape_.n_kv_heads, kvw = shape_.kv_width();
   for (int64_t t = 0; t < n_new_; ++t)
     store_.store_token(layer, n_past_ + t, k + t * kvw, v + t * kvw);

@@ -60,7 +60,7 @@ class TieredKvCache final : public SequenceKvCache {
                : PromptReplay::kAttend;
   }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
-                     const double* mass) override;
+                     const PromptExtras& x) override;
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/random_wo.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
 
@@ -128,6 +129,37 @@ INSTANTIATE_TEST_SUITE_P(Policies, PrefillShare,
                                            Case{"streaming", 0.3}, Case{"snapkv", 0.5},
                                            Case{"adakv", 0.5}),
                          [](const auto& info) { return info.param.policy; });
+
+// CriticalKV scores by value norms through W_O: the replayed cache gets the new tokens' norms
+// from the recording (computed once, in f16 as the cache stores values) and routes as the fed
+// cache that computed its own.
+TEST(PrefillShare, ValueNormsFromTheRecordingRouteAsTheCachesOwn) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  const test::RandomWo wo(shape(), 24, rng);
+  std::vector<Call> prompt = {random_call(128, rng), random_call(77, rng)};
+  auto source = make(400, "full", 0.0, "chunk");
+  RecordingKvCache rec(source.get(), shape());
+  rec.set_output_projection(&wo.proj);
+  for (const Call& c : prompt) run(rec, c, pool);
+  for (const std::string policy : {"criticalkv", "defensivekv"}) {
+    SCOPED_TRACE(policy);
+    auto fed = make(400, policy, 0.4, "end");
+    auto replayed = make(400, policy, 0.4, "end");
+    ASSERT_TRUE(replayed->prompt_replay_value_norms());
+    fed->set_output_projection(&wo.proj);
+    for (const Call& c : prompt) run(*fed, c, pool);
+    ASSERT_TRUE(rec.replay(replayed.get(), pool).is_ok());
+    ASSERT_TRUE(fed->end_prompt().is_ok());
+    ASSERT_TRUE(replayed->end_prompt().is_ok());
+    for (int i = 0; i < 40; ++i) {
+      const Call c = random_call(1, rng);
+      const std::vector<float> a = run(*fed, c, pool), b = run(*replayed, c, pool);
+      ASSERT_EQ(a, b) << "decode step at position " << fed->n_past();
+    }
+  }
+  EXPECT_GT(rec.mass_bytes(), size_t(205) * shape().n_layers * shape().n_kv_heads * 4 - 1);
+}
 
 TEST(PrefillShareErrors, RefusesCompressingDuringPrefillNonEmptyTargetsAndOpenCalls) {
   ThreadPool pool(1);
