@@ -56,8 +56,16 @@ def main():
     ap.add_argument("--variants", default="qevict,two-tier,streaming,h2o",
                     help="comma-separated, or 'all': every policy of the registry")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "results/fidelity"))
+    ap.add_argument("--plot-only", action="store_true",
+                    help="no runs: redraw fidelity.md and fidelity.png from every row of "
+                         "--out-dir's fidelity.json (e.g. after rows of several runs were merged)")
     a = ap.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
+    if a.plot_only:
+        j = json.load(open(os.path.join(a.out_dir, "fidelity.json")))
+        names = list(dict.fromkeys(r["variant"] for r in j["rows"]))
+        report(a, j["rows"], [(n, []) for n in names], j["fullkv_perplexity"])
+        return
     if a.text.endswith(".gz"):
         import gzip
         body = gzip.open(a.text, "rt", errors="replace").read()
@@ -136,6 +144,11 @@ def main():
               f"ppl {ppl:.3f}", file=sys.stderr, flush=True)
         save()
     save()
+    report(a, rows, variants, full_ppl)
+
+
+def report(a, rows, variants, full_ppl):
+    """fidelity.md and fidelity.png in a.out_dir: every row, a line per variant of `variants`."""
     lines = [f"FullKV perplexity over the same positions' chunk: {full_ppl:.3f}", "",
              "| budget | variant | mean KL vs FullKV | p99 KL | top-1 agreement | perplexity | bytes held (MiB) |",
              "|---|---|---|---|---|---|---|"]
@@ -153,10 +166,12 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-        for name, _ in variants:
+        for i, (name, _) in enumerate(variants):  # 20 colours, then the style tells them apart
             rs = [r for r in rows if r["variant"] == name and not r.get("refused")]
-            ax[0].plot([r["budget"] for r in rs], [r["mean_kl"] for r in rs], "o-", label=name)
-            ax[1].plot([r["budget"] for r in rs], [r["top1"] for r in rs], "o-", label=name)
+            style = dict(color=plt.cm.tab20(i % 20), marker="os^v"[i // 5 % 4],
+                         linestyle=["-", "--", ":"][i % 3], label=name)
+            ax[0].plot([r["budget"] for r in rs], [r["mean_kl"] for r in rs], **style)
+            ax[1].plot([r["budget"] for r in rs], [r["top1"] for r in rs], **style)
         for x, t in zip(ax, ["mean KL(FullKV || variant), nats", "top-1 agreement with FullKV"]):
             x.set_xscale("log")
             x.set_xlabel("KV budget (fraction of the full cache)")
