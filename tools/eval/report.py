@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Tables for EVALUATION.md from a `qevict eval` output directory (summary.csv, results.jsonl).
+
+Prints markdown, per length:
+  - the RULER macro (mean over the RULER tasks present, 95 % bootstrap interval from
+    summary.csv) of every variant at every budget, FullKV first;
+  - per task family at each budget: niah (mean over the niah tasks), vt, cwe, fwe, and the
+    long-document tasks lcc (edit similarity, and exact match from results.jsonl), doc_qa and
+    doc_sum (ROUGE-L agreement with FullKV);
+  - bytes each variant's cache held at the end of a sample (median over samples, MiB, from
+    results.jsonl) against FullKV's;
+  - the sweep's machine time: the sum over samples of one batch's prefill + decode seconds.
+Cells with fewer samples than the others of their length are marked with their n.
+
+Usage: python3 tools/eval/report.py DIR [--budgets 0.5,0.2,0.1,0.05]
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+from collections import defaultdict
+
+NIAH = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
+        "niah_multikey_3", "niah_multivalue", "niah_multiquery"]
+FAMILIES = [("niah", NIAH), ("vt", ["vt"]), ("cwe", ["cwe"]), ("fwe", ["fwe"]), ("lcc", ["lcc"]),
+            ("doc_qa", ["doc_qa"]), ("doc_sum", ["doc_sum"])]
+
+
+def read_summary(path):
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            r["length"] = int(r["length"])
+            r["budget"] = float(r["budget"])
+            r["n"] = int(r["n"])
+            for k in ("mean", "ci95_low", "ci95_high"):
+                r[k] = 100.0 * float(r[k])
+            rows.append(r)
+    return rows
+
+
+def read_results(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def variant_order(names):
+    def key(v):
+        return (v != "full", v.split(":")[0] != "qevict", v)
+    return sorted(names, key=key)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir")
+    ap.add_argument("--budgets", default="0.5,0.2,0.1,0.05")
+    a = ap.parse_args()
+    budgets = [float(b) for b in a.budgets.split(",")]
+    summary = read_summary(os.path.join(a.dir, "summary.csv"))
+    results = read_results(os.path.join(a.dir, "results.jsonl"))
+
+    cell = {(r["length"], r["task"], r["variant"], r["budget"]): r for r in summary}
+    lengths = sorted({r["length"] for r in summary})
+    # Per-sample scores for family means and exact match: (length, task, variant, budget) -> list.
+    scores = defaultdict(list)
+    exact = defaultdict(list)
+    held = defaultdict(list)
+    batches = {}
+    for j in results:
+        k = (j["length"], j["task"], j["variant"], j["budget"])
+        scores[k].append(100.0 * j["score"])
+        if "exact_match" in j:
+            exact[k].append(100.0 * float(j["exact_match"]))
+        held[(j["length"], j["variant"], j["budget"])].append(j.get("bytes_held", 0) / 2**20)
+        batches[(j["length"], j["task"], j["sample"], j["prefill_seconds"], j["decode_seconds"])] = \
+            j["prefill_seconds"] + j["decode_seconds"]
+
+    for length in lengths:
+        variants = variant_order({r["variant"] for r in summary if r["length"] == length})
+        macro = {(v, b): cell.get((length, "macro", v, b)) for v in variants for b in [0.0] + budgets}
+        ns = [r["n"] for r in macro.values() if r]
+        n_max = max(ns) if ns else 0
+        print(f"\n### {length:,} tokens: RULER macro (%, 95 % interval)\n")
+        print("| variant | " + " | ".join(f"{b:g}" for b in budgets) + " |")
+        print("|---|" + "---|" * len(budgets))
+        for v in variants:
+            cols = []
+            for b in budgets:
+                r = macro.get((v, b)) or (macro.get((v, 0.0)) if b == budgets[0] else None)
+                if r is None:
+                    cols.append("–")
+                    continue
+                tag = "" if r["n"] == n_max else f" (n={r['n']})"
+                cols.append(f"{r['mean']:.1f} [{r['ci95_low']:.1f}, {r['ci95_high']:.1f}]{tag}")
+            print(f"| {v} | " + " | ".join(cols) + " |")
+        print("\nFullKV and the quantizers (kivi, kvquant, zipcache) run once, at no budget or at their"
+              " byte point: their value is in the first column.")
+
+        for b in budgets:
+            print(f"\n### {length:,} tokens at budget {b:g}: by task family (%; n samples)\n")
+            fams = [f for f, ts in FAMILIES if any(scores.get((length, t, "full", 0.0)) for t in ts)]
+            print("| variant | " + " | ".join(fams) + " | lcc exact |")
+            print("|---|" + "---|" * (len(fams) + 1))
+            for v in variants:
+                bb = 0.0 if any(k[0] == length and k[2] == v and k[3] == 0.0 for k in scores) else b
+                cols = []
+                for f, ts in FAMILIES:
+                    if f not in fams:
+                        continue
+                    per_task = [statistics.mean(scores[(length, t, v, bb)]) for t in ts
+                                if scores.get((length, t, v, bb))]
+                    n = sum(len(scores.get((length, t, v, bb), [])) for t in ts)
+                    cols.append(f"{statistics.mean(per_task):.1f} ({n})" if per_task else "–")
+                ex = exact.get((length, "lcc", v, bb))
+                cols.append(f"{statistics.mean(ex):.1f}" if ex else "–")
+                print(f"| {v} | " + " | ".join(cols) + " |")
+
+        print(f"\n### {length:,} tokens: bytes the cache held at the end of a sample (MiB, median)\n")
+        print("| variant | " + " | ".join(f"{b:g}" for b in budgets) + " |")
+        print("|---|" + "---|" * len(budgets))
+        for v in variants:
+            cols = []
+            for b in budgets:
+                h = held.get((length, v, b)) or (held.get((length, v, 0.0)) if b == budgets[0] else None)
+                cols.append(f"{statistics.median(h):.2f}" if h else "–")
+            print(f"| {v} | " + " | ".join(cols) + " |")
+        secs = sum(t for k, t in batches.items() if k[0] == length)
+        n_samples = len({(k[1], k[2]) for k in batches if k[0] == length})
+        print(f"\nMachine time at {length:,}: {secs / 3600:.2f} h over {n_samples} samples "
+              f"({secs / max(n_samples, 1) / 60:.1f} min per sample, every variant in one batch).")
+
+
+if __name__ == "__main__":
+    main()
