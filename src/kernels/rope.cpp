@@ -52,7 +52,12 @@ inline int pair_of(const RopeParams& p, int c, bool* first) {
 RopeTable::RopeTable(const RopeParams& p, int head_dim, int64_t n_pos) : p_(p), d_(head_dim) {
   levels_ = 1;
   while (levels_ < 7 && (int64_t(1) << (kLevelBits * levels_)) < n_pos) ++levels_;
-  const size_t n = size_t(levels_) * kLevelRows * d_;
+  // The top level holds only the rows positions below n_pos use (2K positions: 8 rows, not
+  // 256); the first level is always whole (in-window offsets read it).
+  const int64_t top_step = int64_t(1) << (kLevelBits * (levels_ - 1));
+  top_rows_ = levels_ == 1 ? kLevelRows
+                           : int(std::min<int64_t>(kLevelRows, (n_pos + top_step - 1) / top_step));
+  const size_t n = (size_t(levels_ - 1) * kLevelRows + size_t(top_rows_)) * d_;
   cos_.assign(n, 1.0f);
   sin_.assign(n, 0.0f);
   const int half = p_.n_rot / 2;
@@ -61,7 +66,7 @@ RopeTable::RopeTable(const RopeParams& p, int head_dim, int64_t n_pos) : p_(p), 
     freq[i] = double(p_.freq_scale) * std::pow(double(p_.freq_base), -2.0 * i / p_.n_rot);
   for (int l = 0; l < levels_; ++l) {
     const double step = std::ldexp(1.0, kLevelBits * l);
-    for (int r = 0; r < kLevelRows; ++r) {
+    for (int r = 0; r < (l == levels_ - 1 ? top_rows_ : kLevelRows); ++r) {
       float* cr = cos_.data() + (size_t(l) * kLevelRows + r) * d_;
       float* sr = sin_.data() + (size_t(l) * kLevelRows + r) * d_;
       for (int c = 0; c < p_.n_rot; ++c) {

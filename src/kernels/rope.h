@@ -38,6 +38,7 @@ inline int rope_partner(const RopeParams& p, int c) {
 }
 
 // cos/sin of any position below a bound fixed at construction, from a table of fixed size
+// (at most 256 rows a level; the top level only the rows below the bound)
 // (SPEC §3: nothing in a budgeted cache grows with the positions). RoPE is a rotation by
 // pos·theta_i, so R(a + b) = R(a)·R(b): a position is split into base-256 digits,
 // pos = Σ_l d_l·256^l, and its cos/sin are the complex product of one row per level, each
@@ -60,7 +61,9 @@ class RopeTable {
   int head_dim() const { return d_; }
   int levels() const { return levels_; }
   // Positions [0, limit) are covered.
-  int64_t limit() const { return int64_t(1) << (kLevelBits * levels_); }
+  int64_t limit() const {
+    return levels_ == 0 ? 0 : int64_t(top_rows_) << (kLevelBits * (levels_ - 1));
+  }
   // Expanded rows of the first level, positions [0, 256): in-window offsets.
   const float* cosx_row(int64_t t) const { return cos_.data() + size_t(t) * d_; }
   const float* sinx_row(int64_t t) const { return sin_.data() + size_t(t) * d_; }
@@ -74,6 +77,7 @@ class RopeTable {
   RopeParams p_;
   int d_ = 0;
   int levels_ = 0;
+  int top_rows_ = 0;              // rows of the top level: ceil(n_pos / 256^(levels-1)), or 256
   std::vector<float> cos_, sin_;  // f32 [levels][256][head_dim], expanded
 };
 

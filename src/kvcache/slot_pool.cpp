@@ -51,6 +51,10 @@ std::vector<std::pair<int32_t, int32_t>> SlotPool::compact() {
   chunks_.resize(size_t(keep_chunks));
   free_.clear();
   for (size_t i = low_free.size(); i-- > next;) free_.push_back(low_free[i]);
+  // The bookkeeping follows too (with one-slot chunks it grows with every slot of a prefill
+  // chunk).
+  if (chunks_.capacity() > 2 * chunks_.size() + 16) chunks_.shrink_to_fit();
+  if (free_.capacity() > 2 * size_t(keep_chunks * chunk_slots_) + 16) free_.shrink_to_fit();
   return moves;
 }
 

@@ -21,11 +21,15 @@ class SlotPool {
   static constexpr int kChunkSlots = 32;
   static constexpr size_t kChunkBytes = size_t(64) << 10;
 
-  explicit SlotPool(size_t slot_bytes = 0)
+  // `chunk_bytes` caps a chunk below kChunkBytes: a budgeted store passes a small share of its
+  // budget, so that the partly used chunk stays a small share of what it holds.
+  explicit SlotPool(size_t slot_bytes = 0, size_t chunk_bytes = kChunkBytes)
       : slot_bytes_(slot_bytes),
         chunk_slots_(slot_bytes == 0
                          ? kChunkSlots
-                         : int32_t(std::clamp<size_t>(kChunkBytes / slot_bytes, 1, kChunkSlots))) {}
+                         : int32_t(std::clamp<size_t>(
+                               std::min(chunk_bytes, kChunkBytes) / slot_bytes, 1, kChunkSlots))) {}
+  size_t chunk_bytes() const { return size_t(chunk_slots_) * slot_bytes_; }
   SlotPool(SlotPool&&) = default;
   SlotPool& operator=(SlotPool&&) = default;
 

@@ -17,7 +17,9 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       budget_(budget),
       policy_(std::move(policy)),
       qlayout_{p_.bits, shape.n_kv_heads, shape.head_dim, p_.window, p_.value_group},
-      rope_(shape.rope, shape.head_dim, n_ctx),
+      // Only low-bit windows need the table (their keys are stored before RoPE): a cache
+      // without a Q tier (StreamingLLM, two-tier) holds none.
+      rope_(budget.capacity_quant > 0 ? RopeTable(shape.rope, shape.head_dim, n_ctx) : RopeTable()),
       store_(shape, budget, qlayout_, p_.dtype, &rope_),
       trace_(std::move(trace)),
       defer_prefill_(p_.prefill_route == "end") {}
@@ -153,7 +155,7 @@ Status TieredKvCache::commit() {
     // --prefill-route end: hold the prompt; route it at end_prompt() or, for callers that
     // do not say, at the first decode step (the paper's code compresses there).
     if (chunk) {
-      attn_.trim();
+      trim_scratch();
       prompt_pending_ = true;
       return Status::ok();
     }
@@ -161,11 +163,21 @@ Status TieredKvCache::commit() {
   }
   // Routing events: after every prefill chunk and every Ω decode steps (SPEC §1).
   if (chunk) {
-    attn_.trim();  // a chunk's attention scratch is far larger than decode's
-    return route_event(false);
+    const Status st = route_event(false);
+    trim_scratch();  // a chunk's scratch is far larger than decode's
+    return st;
   }
   if (steps_since_route_ >= p_.route_every) return route_event(true);
   return Status::ok();
+}
+
+void TieredKvCache::trim_scratch() {
+  attn_.trim();
+  std::vector<double>().swap(mass_);
+  std::vector<KvBlockRef>().swap(blocks_);
+  std::vector<int32_t>().swap(block_window_);
+  std::vector<RoutingCandidate>().swap(request_.candidates);
+  std::vector<PlanEntry>().swap(plan_.entries);
 }
 
 void TieredKvCache::clear() {

@@ -68,6 +68,8 @@ class TieredKvCache final : public SequenceKvCache {
 
  private:
   friend class TieredKvCacheTestPeer;  // tests/kvcache: drives the store directly
+  // Frees the attention and routing scratch a prefill chunk grew (decode regrows its own).
+  void trim_scratch();
   Status route_event(bool decode);
   // The one routing event of a deferred prompt (--prefill-route end).
   Status route_prompt();

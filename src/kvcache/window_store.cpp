@@ -23,8 +23,8 @@ WindowStore::WindowStore(const KvShape& shape, const KvBudget& budget, const Qua
   for (auto& L : layers_) {
     L.sink_k.assign(size_t(H) * budget_.sink * d, 0);
     L.sink_v.assign(size_t(H) * budget_.sink * d, 0);
-    L.fpool = SlotPool(budget_.window_full);
-    L.qpool = SlotPool(budget_.window_quant);
+    L.fpool = SlotPool(budget_.window_full, pool_chunk_bytes(budget_));
+    L.qpool = SlotPool(budget_.window_quant, pool_chunk_bytes(budget_));
   }
 }
 
@@ -171,6 +171,13 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
                                  [](const Window& w) { return w.tier == Tier::kEvicted; }),
                   L.windows.end());
   L.dropped += int64_t(before - L.windows.size());
+  // A prefill chunk adds up to 512/ω entries that routing then drops: give the room back.
+  if (L.windows.capacity() > 2 * L.windows.size() + 64) {
+    std::vector<Window> kept;
+    kept.reserve(L.windows.size() + L.windows.size() / 8 + 8);  // decode adds a few at a time
+    kept.assign(L.windows.begin(), L.windows.end());
+    L.windows.swap(kept);
+  }
   // Evictions free slots first, demotions then free F slots as they take ledger slots,
   // promotions come last: the store never holds more than the budget in between.
   for (int pass = 0; pass < 3; ++pass) {

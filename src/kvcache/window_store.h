@@ -29,13 +29,20 @@ namespace qevict {
 
 class WindowStore {
  public:
+  // The pools' chunk size for a budget: 1/64 of a layer's budget (at least one slot, at most
+  // SlotPool::kChunkBytes), so that the two partly used chunks stay within ~3 % of it.
+  static size_t pool_chunk_bytes(const KvBudget& b) {
+    return b.total > 0 ? b.total / 64 : SlotPool::kChunkBytes;
+  }
+
   struct Window {
-    int32_t id = -1;  // stable window id: positions [S + id·ω, S + (id+1)·ω)
-    Tier tier = Tier::kLocal;
+    // (Ordered for a 32-byte entry: with ω = 1, StreamingLLM's, there is one per token.)
+    int32_t id = -1;      // stable window id: positions [S + id·ω, S + (id+1)·ω)
     int32_t f_slot = -1;  // full-precision slot (local or F)
     int32_t q_slot = -1;  // ledger entry (Q, or F after promotion)
     int32_t n = 0;        // tokens written
     double score = 0.0;   // cumulative attention mass S̄ (Eq. 1)
+    Tier tier = Tier::kLocal;
     bool routed = false;  // has been through at least one routing event since aging
   };
 

@@ -65,7 +65,7 @@ TEST_F(BytesHeldModel, WithinBudgetAt2K8K16KAndFlatFrom8K) {
     if (mark == 8192) held_8k = rep.bytes_held;
     if (mark == 16384) {
       EXPECT_LE(double(rep.bytes_held), double(held_8k) + double(ledger) +
-                                            double(shape.n_layers * 2 * SlotPool::kChunkBytes))
+                                            double(shape.n_layers * pool_chunks_bytes(rep.budget)))
           << "held at 8K " << held_8k << ", at 16K " << rep.bytes_held;
     }
   }

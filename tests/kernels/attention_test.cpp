@@ -238,7 +238,12 @@ TEST(RopeTable, ComposedMatchesDirectComputationAndInverts) {
       for (int i = 0; i < 64; ++i)
         ASSERT_NEAR(y[i], x[i], 1e-6 * (std::fabs(x[i]) + 1.0)) << "pos " << pos;
     }
-    EXPECT_EQ(t.bytes(), size_t(3) * 256 * 72 * 2 * sizeof(float));
+    // Two whole levels and the 16 top rows that positions below 2^20 use.
+    EXPECT_EQ(t.bytes(), size_t(2 * 256 + 16) * 72 * 2 * sizeof(float));
+    EXPECT_EQ(t.limit(), n_pos);
+    const RopeTable small(rp, 64, 2048);  // a 2K context: two levels, 8 top rows
+    EXPECT_EQ(small.limit(), 2048);
+    EXPECT_EQ(small.bytes(), size_t(256 + 8) * 64 * 2 * sizeof(float));
   }
 }
 
