@@ -47,6 +47,7 @@ Status RecordingKvCache::commit() {
 
 void RecordingKvCache::clear() {
   calls_.clear();
+  window_mass_.clear();
   have_mass_ = have_nu_ = false;
   n_recorded_ = 0;
   open_ = false;
@@ -56,6 +57,7 @@ void RecordingKvCache::clear() {
 size_t RecordingKvCache::mass_bytes() const {
   size_t b = 0;
   for (const Call& c : calls_) b += c.mass.size() * sizeof(double) + c.nu.size() * sizeof(float);
+  for (const auto& [w, m] : window_mass_) b += m.size() * sizeof(double);
   return b;
 }
 
@@ -91,56 +93,97 @@ void RecordingKvCache::compute_value_norms(ThreadPool& pool) {
   have_nu_ = true;
 }
 
-void RecordingKvCache::compute_masses(ThreadPool& pool) {
-  const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
-  const int qw = shape_.q_width(), kvw = shape_.kv_width();
-  const int64_t n_all = n_recorded_;
+void RecordingKvCache::half_rows(std::vector<uint16_t>* kh, std::vector<uint16_t>* vh) const {
   // Every recorded token in f16, per layer and KV head: half [n_layers][H][n_all][d].
-  std::vector<uint16_t> kh(size_t(shape_.n_layers) * H * n_all * d), vh(kh.size());
-  auto row = [&](std::vector<uint16_t>& x, int l, int h, int64_t pos) {
-    return x.data() + ((size_t(l) * H + h) * n_all + pos) * d;
-  };
+  const int H = shape_.n_kv_heads, d = shape_.head_dim;
+  const int kvw = shape_.kv_width();
+  const int64_t n_all = n_recorded_;
+  kh->assign(size_t(shape_.n_layers) * H * n_all * d, 0);
+  vh->assign(kh->size(), 0);
   int64_t n_past = 0;
   for (const Call& c : calls_) {
     for (int l = 0; l < shape_.n_layers; ++l)
       for (int64_t t = 0; t < c.n_new; ++t)
         for (int h = 0; h < H; ++h) {
           const size_t at = (size_t(l) * c.n_new + t) * kvw + size_t(h) * d;
-          f32_to_half(HalfType::kF16, c.k.data() + at, row(kh, l, h, n_past + t), d);
-          f32_to_half(HalfType::kF16, c.v.data() + at, row(vh, l, h, n_past + t), d);
+          const size_t to = ((size_t(l) * H + h) * n_all + n_past + t) * d;
+          f32_to_half(HalfType::kF16, c.k.data() + at, kh->data() + to, d);
+          f32_to_half(HalfType::kF16, c.v.data() + at, vh->data() + to, d);
         }
     n_past += c.n_new;
   }
+}
+
+void RecordingKvCache::attend_masses(const std::vector<uint16_t>& kh,
+                                     const std::vector<uint16_t>& vh, int layer, const float* q,
+                                     int64_t n_q, int64_t n_past, double* mass,
+                                     BlockAttnScratch& scratch, ThreadPool& pool) const {
+  const int H = shape_.n_kv_heads, d = shape_.head_dim, g = shape_.group();
+  const int qw = shape_.q_width();
+  const int64_t n_all = n_recorded_, n = n_past + n_q;
   FusedAttnParams fp = FusedAttnParams::make(HalfType::kF16, g, d);
   fp.token_ml = true;
-  BlockAttnScratch scratch;
   std::vector<KvBlockRef> blocks(static_cast<size_t>(H));
   std::vector<int64_t> head_off(size_t(H) + 1);
   for (int h = 0; h <= H; ++h) head_off[size_t(h)] = h;
-  std::vector<float> out;
-  n_past = 0;
+  for (int h = 0; h < H; ++h) {  // one block per head: positions [0, n), rows contiguous
+    KvBlockRef& r = blocks[size_t(h)];
+    r = KvBlockRef();
+    r.pos0 = 0;
+    r.n = int32_t(n);
+    r.k = kh.data() + (size_t(layer) * H + h) * n_all * d;
+    r.v = vh.data() + (size_t(layer) * H + h) * n_all * d;
+    r.ld = d;
+  }
+  std::vector<float> out(size_t(n_q) * size_t(qw));
+  attend_blocks(fp, H, q, qw, n_q, n_past, blocks.data(), head_off.data(), out.data(), mass,
+                MassLayout::kPerHeadBlock, scratch, pool);
+}
+
+void RecordingKvCache::compute_masses(ThreadPool& pool) {
+  const int H = shape_.n_kv_heads;
+  const int qw = shape_.q_width();
+  std::vector<uint16_t> kh, vh;
+  half_rows(&kh, &vh);
+  BlockAttnScratch scratch;
+  int64_t n_past = 0;
   for (Call& c : calls_) {
     const int64_t n = n_past + c.n_new;
     const size_t qn = size_t(c.n_new) * size_t(qw);
-    out.resize(qn);
     c.mass.assign(size_t(shape_.n_layers) * H * n, 0.0);
-    for (int l = 0; l < shape_.n_layers; ++l) {
-      for (int h = 0; h < H; ++h) {  // one block per head: positions [0, n), rows contiguous
-        KvBlockRef& r = blocks[size_t(h)];
-        r = KvBlockRef();
-        r.pos0 = 0;
-        r.n = int32_t(n);
-        r.k = row(kh, l, h, 0);
-        r.v = row(vh, l, h, 0);
-        r.ld = d;
-      }
-      attend_blocks(fp, H, c.q.data() + size_t(l) * qn, qw, c.n_new, n_past, blocks.data(),
-                    head_off.data(), out.data(), c.mass.data() + size_t(l) * H * n,
-                    MassLayout::kPerHeadBlock, scratch, pool);
-    }
+    for (int l = 0; l < shape_.n_layers; ++l)
+      attend_masses(kh, vh, l, c.q.data() + size_t(l) * qn, c.n_new, n_past,
+                    c.mass.data() + size_t(l) * H * n, scratch, pool);
     n_past = n;
   }
   have_mass_ = true;
+}
+
+const std::vector<double>& RecordingKvCache::window_masses(int64_t window, ThreadPool& pool) {
+  auto it = window_mass_.find(window);
+  if (it != window_mass_.end()) return it->second;
+  const int H = shape_.n_kv_heads;
+  const int64_t qw = shape_.q_width(), n_all = n_recorded_, w = std::min(window, n_all);
+  std::vector<uint16_t> kh, vh;
+  half_rows(&kh, &vh);
+  // The last w queries of every layer, gathered across the calls they span: [w][q_width].
+  std::vector<float> q(size_t(w * qw));
+  std::vector<double>& mass = window_mass_[window];
+  mass.assign(size_t(shape_.n_layers) * H * n_all, 0.0);
+  BlockAttnScratch scratch;
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    int64_t need = w;  // fill rows [0, w) from the last call backwards
+    for (size_t ci = calls_.size(); ci-- > 0 && need > 0;) {
+      const Call& c = calls_[ci];
+      const int64_t take = std::min(need, c.n_new);
+      const float* src = c.q.data() + (size_t(l) * c.n_new + (c.n_new - take)) * qw;
+      std::copy(src, src + take * qw, q.data() + (need - take) * qw);
+      need -= take;
+    }
+    attend_masses(kh, vh, l, q.data(), w, n_all - w, mass.data() + size_t(l) * H * n_all, scratch,
+                  pool);
+  }
+  return mass;
 }
 
 size_t RecordingKvCache::recorded_bytes() const {
@@ -161,7 +204,11 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
         dst->describe()));
   if (wo_) dst->set_output_projection(wo_);
   const SequenceKvCache::PromptReplay mode = dst->prompt_replay();
-  if (mode == SequenceKvCache::PromptReplay::kMasses && !have_mass_) compute_masses(pool);
+  const int64_t window =
+      mode == SequenceKvCache::PromptReplay::kMasses ? dst->prompt_mass_window() : 0;
+  const std::vector<double>* wmass = window > 0 ? &window_masses(window, pool) : nullptr;
+  if (mode == SequenceKvCache::PromptReplay::kMasses && window == 0 && !have_mass_)
+    compute_masses(pool);
   const bool nu = mode != SequenceKvCache::PromptReplay::kAttend &&
                   dst->prompt_replay_value_norms() && wo_ && int(wo_->wo.size()) >= shape_.n_layers;
   if (nu && !have_nu_) compute_value_norms(pool);
@@ -174,7 +221,10 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
       const size_t mn = size_t(shape_.n_kv_heads) * size_t(n_past + c.n_new);
       for (int l = 0; l < shape_.n_layers; ++l) {
         SequenceKvCache::PromptExtras x;
-        if (mode == SequenceKvCache::PromptReplay::kMasses) x.mass = c.mass.data() + size_t(l) * mn;
+        if (wmass && &c == &calls_.back())
+          x.mass = wmass->data() + size_t(l) * shape_.n_kv_heads * size_t(n_recorded_);
+        else if (mode == SequenceKvCache::PromptReplay::kMasses && !wmass)
+          x.mass = c.mass.data() + size_t(l) * mn;
         if (nu) x.value_norm = c.nu.data() + size_t(l) * shape_.n_kv_heads * c.n_new;
         dst->append_prompt(l, c.q.data() + size_t(l) * qn, c.k.data() + size_t(l) * kvn,
                            c.v.data() + size_t(l) * kvn, x);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "core/status.h"
@@ -22,6 +23,8 @@
 #include "kvcache/shape.h"
 
 namespace qevict {
+
+struct BlockAttnScratch;
 
 class RecordingKvCache final : public SequenceKvCache {
  public:
@@ -58,7 +61,8 @@ class RecordingKvCache final : public SequenceKvCache {
   // Does not call dst->end_prompt(): the caller does, as after its own prefill. A cache that
   // needs no attention outputs (SequenceKvCache::prompt_replay()) gets its tokens without
   // attention, and the attention masses when it scores by them: computed on the first such
-  // replay (one f16 attention pass over the recording) and kept for the next.
+  // replay (one f16 attention pass over the recording; for an observation window of the last
+  // N queries, one pass of those N) and kept for the next.
   Status replay(SequenceKvCache* dst, ThreadPool& pool);
   // Bytes the kept masses and value norms hold: f64 per (call, layer, KV head, position so
   // far), f32 per (layer, KV head, token).
@@ -79,13 +83,25 @@ class RecordingKvCache final : public SequenceKvCache {
   void compute_value_norms(ThreadPool& pool);
   // Fills every call's mass: causal f16 attention of its queries over every recorded token.
   void compute_masses(ThreadPool& pool);
+  // The masses of the last `window` recorded queries over every recorded token, f64
+  // [n_layers][n_kv_heads][n_recorded] (SequenceKvCache::prompt_mass_window), computed on first
+  // use and kept.
+  const std::vector<double>& window_masses(int64_t window, ThreadPool& pool);
+  // Every recorded key and value in f16: half [n_layers][n_kv_heads][n_recorded][head_dim].
+  void half_rows(std::vector<uint16_t>* kh, std::vector<uint16_t>* vh) const;
+  // Layer's causal f16 attention masses of n_q queries at positions [n_past, n_past + n_q)
+  // over the rows of half_rows(): f64 [n_kv_heads][n_past + n_q] into `mass`.
+  void attend_masses(const std::vector<uint16_t>& kh, const std::vector<uint16_t>& vh, int layer,
+                     const float* q, int64_t n_q, int64_t n_past, double* mass,
+                     BlockAttnScratch& scratch, ThreadPool& pool) const;
   SequenceKvCache* inner_;
   KvShape shape_;
   std::vector<Call> calls_;
   int64_t n_recorded_ = 0;
-  bool open_ = false;       // a call between begin() and commit()
-  bool have_mass_ = false;  // every call's mass is filled
-  bool have_nu_ = false;    // every call's nu is filled
+  bool open_ = false;                                   // a call between begin() and commit()
+  bool have_mass_ = false;                              // every call's mass is filled
+  bool have_nu_ = false;                                // every call's nu is filled
+  std::map<int64_t, std::vector<double>> window_mass_;  // by window (window_masses())
   const OutputProjection* wo_ = nullptr;
 };
 

@@ -94,6 +94,10 @@ class SequenceKvCache {
   // asks — a prompt then costs one attention pass, not one per cache.
   enum class PromptReplay { kAttend, kStore, kMasses };
   virtual PromptReplay prompt_replay() const { return PromptReplay::kAttend; }
+  // With kMasses, whose queries the masses sum: 0, each call's own (handed with every call);
+  // N > 0, only the prompt's last N queries (a SnapKV-style observation window), over every
+  // prompt position, handed with the prompt's last call only (earlier calls get none).
+  virtual int64_t prompt_mass_window() const { return 0; }
   // Whether replay should also hand over each new token's value norm (CriticalKV's ν, which
   // the recording computes once for every cache that asks).
   virtual bool prompt_replay_value_norms() const { return false; }

@@ -57,8 +57,10 @@ void TieredKvCache::append_prompt(int layer, const float* q, const float* k, con
   for (int64_t t = 0; t < n_new_; ++t)
     store_.store_token(layer, n_past_ + t, k + t * kvw, v + t * kvw);
   if (!mass) return;
-  // The masses attend() would have summed per block (kSumOverHeads), position by position.
+  // The masses attend() would have summed per block (kSumOverHeads), position by position;
+  // an observation window's replace the scores, as observe() does.
   store_.attention_blocks(layer, n_past_ + n_new_, &blocks_, &block_window_);
+  if (p_.prefill_window > 0) store_.reset_scores(layer);
   const int64_t n = n_past_ + n_new_;
   const double inv_hq = 1.0 / shape_.n_q_heads;
   for (size_t b = 0; b < block_window_.size(); ++b) {

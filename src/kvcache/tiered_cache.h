@@ -52,13 +52,13 @@ class TieredKvCache final : public SequenceKvCache {
   Status route() override;
   bool prefill_keeps_everything() const override { return defer_prefill_; }
   // Replay of a deferred prompt: the tokens, and window scores from the shared masses (f16
-  // attention over every prompt token, as this cache's own with the default --kv-dtype).
-  // With --prefill-window the scores are the window's own: replay attends.
+  // attention over every prompt token, as this cache's own with the default --kv-dtype);
+  // with --prefill-window, the masses of the prompt's last queries only.
   PromptReplay prompt_replay() const override {
-    return defer_prefill_ && p_.prefill_window == 0 && p_.dtype == HalfType::kF16
-               ? PromptReplay::kMasses
-               : PromptReplay::kAttend;
+    return defer_prefill_ && p_.dtype == HalfType::kF16 ? PromptReplay::kMasses
+                                                        : PromptReplay::kAttend;
   }
+  int64_t prompt_mass_window() const override { return p_.prefill_window; }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
                      const PromptExtras& x) override;
   void clear() override;

@@ -30,9 +30,10 @@ KvShape shape() {
 }
 
 std::unique_ptr<SequenceKvCache> make(int64_t n_ctx, const std::string& policy, double budget,
-                                      const std::string& route) {
+                                      const std::string& route, int64_t prefill_window = 0) {
   KvCacheParams p;
   p.policy = policy;
+  p.prefill_window = prefill_window;
   p.budget_fraction = budget;
   p.prefill_route = route;
   auto c = make_kv_cache(shape(), n_ctx, p);
@@ -75,9 +76,12 @@ std::vector<float> run(SequenceKvCache& cache, const Call& c, ThreadPool& pool) 
 struct Case {
   std::string policy;
   double budget;
+  int64_t prefill_window = 0;  // qevict's observation window (its masses come from replay)
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.policy << "@" << c.budget; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.policy << "@" << c.budget << " window " << c.prefill_window;
+}
 
 class PrefillShare : public ::testing::TestWithParam<Case> {};
 
@@ -97,8 +101,9 @@ TEST_P(PrefillShare, ReplayedCacheDecodesBitIdenticallyToFedCache) {
   EXPECT_EQ(rec.n_recorded(), 206);
   EXPECT_GT(rec.recorded_bytes(), size_t(206) * 3 * (64 + 2 * 32) * sizeof(float) - 1);
 
-  auto fed = make(n_ctx, GetParam().policy, GetParam().budget, "end");
-  auto replayed = make(n_ctx, GetParam().policy, GetParam().budget, "end");
+  auto fed = make(n_ctx, GetParam().policy, GetParam().budget, "end", GetParam().prefill_window);
+  auto replayed =
+      make(n_ctx, GetParam().policy, GetParam().budget, "end", GetParam().prefill_window);
   for (const Call& c : prompt) run(*fed, c, pool);
   ASSERT_TRUE(rec.replay(replayed.get(), pool).is_ok());
   EXPECT_EQ(replayed->n_past(), fed->n_past());
@@ -127,8 +132,15 @@ TEST_P(PrefillShare, ReplayedCacheDecodesBitIdenticallyToFedCache) {
 INSTANTIATE_TEST_SUITE_P(Policies, PrefillShare,
                          ::testing::Values(Case{"full", 0.0}, Case{"qevict", 0.2}, Case{"h2o", 0.3},
                                            Case{"streaming", 0.3}, Case{"snapkv", 0.5},
-                                           Case{"adakv", 0.5}),
-                         [](const auto& info) { return info.param.policy; });
+                                           Case{"adakv", 0.5},
+                                           // a window spanning the last two calls (77 + 1)
+                                           Case{"qevict", 0.2, 32}),
+                         [](const auto& info) {
+                           return info.param.policy +
+                                  (info.param.prefill_window > 0
+                                       ? "_window" + std::to_string(info.param.prefill_window)
+                                       : "");
+                         });
 
 // CriticalKV scores by value norms through W_O: the replayed cache gets the new tokens' norms
 // from the recording (computed once, in f16 as the cache stores values) and routes as the fed
