@@ -138,7 +138,9 @@ Status TieredKvCache::route_prompt() {
     std::vector<float>().swap(obs_q_);  // held only while the prompt is read
     std::vector<float>().swap(obs_out_);
   }
-  return route_event(false);
+  const Status st = route_event(false);
+  trim_scratch();  // sized by the whole prompt's windows
+  return st;
 }
 
 Status TieredKvCache::end_prompt() {
