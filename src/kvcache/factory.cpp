@@ -51,8 +51,9 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
                                            cal->size(), shape.n_layers));
         for (const KvQuantLayerCalib& l : *cal)
           if (int(l.k_upper.size()) != shape.kv_width() ||
-              int(l.k_lower.size()) != shape.kv_width() ||
-              l.k_lut.size() != (size_t(1) << c.bits) || l.v_lut.size() != (size_t(1) << c.bits))
+              int(l.k_lower.size()) != shape.kv_width() || l.k_offset.size() != l.k_upper.size() ||
+              l.k_range.size() != l.k_upper.size() || l.k_lut.size() != (size_t(1) << c.bits) ||
+              l.v_lut.size() != (size_t(1) << c.bits))
             return Status::error(fmt::format(
                 "kvquant: the calibration does not fit this model or --kv-bits {}", c.bits));
         // --kv-trace DIR: the prompt's quantization is dumped there (KvQuantCache::dump_prompt).

@@ -96,6 +96,7 @@ TEST(KvQuantFaithfulness, CacheMatchesTheNumpyTranscriptionOnEngineKeysAndValues
     c.k_lower.assign(thr.data.begin() + kvw, thr.data.end());
     c.k_lut.assign(lut.data.begin(), lut.data.begin() + levels);
     c.v_lut.assign(lut.data.begin() + levels, lut.data.end());
+    kvq_set_key_offsets(&c);
     KvCacheParams p;
     p.policy = "kvquant";
     p.bits = bits;

@@ -417,6 +417,14 @@ TEST(KvQuantCache, NeedsAFittingCalibrationAndRefusesOtherPoliciesFlags) {
   p.bits = 4;  // levels fitted for 3 bits
   m = make_kv_cache(f.s, 64, p);
   ASSERT_FALSE(m.has_value());
+  // A calibration assembled by hand without kvq_set_key_offsets.
+  auto bare = std::make_shared<std::vector<KvQuantLayerCalib>>(*f.p.kvquant_calib);
+  for (KvQuantLayerCalib& l : *bare) l.k_offset.clear();
+  p = f.p;
+  p.kvquant_calib = bare;
+  m = make_kv_cache(f.s, 64, p);
+  ASSERT_FALSE(m.has_value());
+  EXPECT_NE(m.error().find("calibration"), std::string::npos) << m.error();
   KvCacheParams q;
   q.policy = "kvquant";
   KvParamsGiven given;

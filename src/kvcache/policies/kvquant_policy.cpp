@@ -146,12 +146,21 @@ KvQuantLayerCalib kvquant_calibrate(const KvQuantConfig& c, const float* k, cons
   }
   cal.k_lut = kvq_kmeans_1d(std::move(kn), 1 << c.bits);
   cal.v_lut = kvq_kmeans_1d(std::move(vn), 1 << c.bits);
+  kvq_set_key_offsets(&cal);
   return cal;
 }
 
 void kvq_key_offset_range(float u, float l, float* offset, float* range) {
   *offset = round_f16(round_f16(u + l) * 0.5f);
   *range = round_f16(round_f16(u - l) * 0.5f);
+}
+
+void kvq_set_key_offsets(KvQuantLayerCalib* cal) {
+  const size_t n = cal->k_upper.size();
+  cal->k_offset.resize(n);
+  cal->k_range.resize(n);
+  for (size_t ch = 0; ch < n; ++ch)
+    kvq_key_offset_range(cal->k_upper[ch], cal->k_lower[ch], &cal->k_offset[ch], &cal->k_range[ch]);
 }
 
 int kvq_nearest(const std::vector<float>& lut, float x) {
@@ -186,8 +195,7 @@ void kvquant_quantize_key(const KvQuantConfig& c, const KvQuantLayerCalib& cal, 
   const int zero = kvq_nearest(cal.k_lut, 0.0f);  // an outlier's place holds 0 (reference)
   for (int ch = 0; ch < kv_width; ++ch) {
     const float u = cal.k_upper[size_t(ch)], l = cal.k_lower[size_t(ch)];
-    float off, rng;
-    kvq_key_offset_range(u, l, &off, &rng);
+    const float off = cal.k_offset[size_t(ch)], rng = cal.k_range[size_t(ch)];
     if (x[ch] > u || x[ch] < l) {
       out->push_back({uint16_t(ch), f32_to_f16(x[ch])});
       kvq_put_code(codes, ch, c.bits, zero);
@@ -236,11 +244,9 @@ void kvquant_quantize_value(const KvQuantConfig& c, const KvQuantLayerCalib& cal
 void kvquant_dequantize_key(const KvQuantConfig& c, const KvQuantLayerCalib& cal,
                             const uint8_t* codes, const KvqOutlier* outliers, int n_outliers,
                             int kv_width, float* out) {
-  for (int ch = 0; ch < kv_width; ++ch) {
-    float off, rng;
-    kvq_key_offset_range(cal.k_upper[size_t(ch)], cal.k_lower[size_t(ch)], &off, &rng);
-    out[ch] = cal.k_lut[size_t(kvq_get_code(codes, ch, c.bits))] * rng + off;
-  }
+  for (int ch = 0; ch < kv_width; ++ch)
+    out[ch] = cal.k_lut[size_t(kvq_get_code(codes, ch, c.bits))] * cal.k_range[size_t(ch)] +
+              cal.k_offset[size_t(ch)];
   for (int j = 0; j < n_outliers; ++j) out[outliers[j].channel] = f16_to_f32(outliers[j].value);
 }
 

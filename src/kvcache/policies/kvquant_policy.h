@@ -55,6 +55,9 @@ struct KvQuantConfig {
 struct KvQuantLayerCalib {
   std::vector<float> k_upper, k_lower;  // f32 [kv_width]
   std::vector<float> k_lut, v_lut;      // f32 [2^bits], ascending
+  // Each key channel's offset and range from its thresholds (kvq_key_offset_range), computed
+  // once by kvq_set_key_offsets rather than on every token: f32 [kv_width].
+  std::vector<float> k_offset, k_range;
 };
 
 // numpy.percentile(x, 100·f) with linear interpolation (f in [0, 1]) on f32 data, rounded as
@@ -84,6 +87,9 @@ struct KvqOutlier {
 // The offset (u + l)/2 and range (u − l)/2 of a key channel with thresholds u, l, computed in
 // f16 as the reference does on its f16 thresholds (quant_fn_nuq_recon L318-319).
 void kvq_key_offset_range(float u, float l, float* offset, float* range);
+// Fills cal->k_offset / k_range from its thresholds (kvquant_calibrate does; a calibration
+// assembled by hand must too: the cache factory refuses one without them).
+void kvq_set_key_offsets(KvQuantLayerCalib* cal);
 
 // The index of the level nearest to x (the first on a tie).
 int kvq_nearest(const std::vector<float>& lut, float x);
