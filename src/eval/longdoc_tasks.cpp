@@ -14,13 +14,6 @@ namespace qevict::eval {
 
 namespace {
 
-std::string strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return std::string();
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
-
 // Uniform in [0, n) from a 64-bit generator, by rejection (the same on every platform).
 uint64_t below(std::mt19937_64& g, uint64_t n) {
   const uint64_t limit = ~uint64_t(0) - (~uint64_t(0) % n);
@@ -41,7 +34,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 // A line worth predicting: code, not blank, a comment, a lone decorator, a string or a
 // closing bracket alone.
 bool is_code_target(const std::string& line) {
-  const std::string s = strip(line);
+  const std::string s = strip_whitespace(line);
   if (s.size() < 4) return false;
   const char c = s[0];
   if (c == '#' || c == '@' || c == '"' || c == '\'' || c == ')' || c == ']' || c == '}')
@@ -141,7 +134,7 @@ Expected<RulerSample> lcc_sample(int64_t length, int64_t units, std::mt19937_64&
     for (size_t i = first; i < t; ++i) context += lines[i] + "\n";
     RulerSample s;
     s.input = "Please complete the code given below. \n" + context + "Next line of code:\n";
-    s.expected = {strip(lines[t])};
+    s.expected = {strip_whitespace(lines[t])};
     s.haystack_units = int64_t(t - first);
     s.source = fmt::format("{}:{}", res.code_files[f], t + 1);
     return s;
@@ -226,7 +219,8 @@ Expected<std::vector<std::string>> find_code_files(const std::string& dir, int64
     auto text = read_all(it->path().string());
     if (!text) continue;
     int64_t defs = 0;
-    for (const std::string& line : split_lines(*text)) defs += strip(line).rfind("def ", 0) == 0;
+    for (const std::string& line : split_lines(*text))
+      defs += strip_whitespace(line).rfind("def ", 0) == 0;
     if (defs * 2000 >= int64_t(text->size())) out.push_back(it->path().string());
   }
   std::sort(out.begin(), out.end());
@@ -262,14 +256,14 @@ Expected<RulerSample> build_longdoc_sample(const std::string& task, int64_t leng
 }
 
 double code_line_similarity(const std::string& output, const std::string& expected) {
-  const std::string a = strip(first_code_line(output)), b = strip(expected);
+  const std::string a = strip_whitespace(first_code_line(output)), b = strip_whitespace(expected);
   if (a.empty() && b.empty()) return 1.0;
   const std::vector<char> va(a.begin(), a.end()), vb(b.begin(), b.end());
   return 2.0 * double(lcs(va, vb)) / double(a.size() + b.size());
 }
 
 bool code_line_exact(const std::string& output, const std::string& expected) {
-  return strip(first_code_line(output)) == strip(expected);
+  return strip_whitespace(first_code_line(output)) == strip_whitespace(expected);
 }
 
 double rouge_l_f1(const std::string& a, const std::string& b) {

@@ -559,17 +559,18 @@ Expected<RulerSample> make_ruler_sample(const std::string& task, int64_t length,
   return best;
 }
 
+std::string strip_whitespace(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return std::string();
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
 std::string postprocess_prediction(const std::string& output) {
-  auto strip = [](const std::string& s) {
-    const char* ws = " \t\n\r\f\v";
-    const size_t b = s.find_first_not_of(ws);
-    if (b == std::string::npos) return std::string();
-    return s.substr(b, s.find_last_not_of(ws) - b + 1);
-  };
-  std::string s = strip(output);
+  std::string s = strip_whitespace(output);
   for (char& ch : s)
     if (uint8_t(ch) < 0x20) ch = '\n';
-  return strip(s);
+  return strip_whitespace(s);
 }
 
 double score_match_all(const std::string& output, const std::vector<std::string>& expected) {

@@ -78,6 +78,8 @@ Expected<RulerSample> build_ruler_sample(const std::string& task, int64_t length
                                          uint64_t base_seed, int64_t haystack_units,
                                          const RulerResources& res);
 
+// s without leading and trailing whitespace (Python's str.strip()).
+std::string strip_whitespace(const std::string& s);
 // RULER's postprocess_pred: strip, control characters to '\n', strip again.
 std::string postprocess_prediction(const std::string& output);
 // string_match_all / string_match_part on one output, in [0, 1]; 0 when expected is empty.
