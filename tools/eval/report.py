@@ -85,6 +85,10 @@ def main():
         batches[(j["length"], j["task"], j["sample"], j["prefill_seconds"], j["decode_seconds"])] = \
             j["prefill_seconds"] + j["decode_seconds"]
 
+    def at(table, key, b):
+        """table[key + (b,)]; FullKV and the quantizers (budget 0) fill the first column."""
+        return table.get(key + (b,)) or (table.get(key + (0.0,)) if b == budgets[0] else None)
+
     for length in lengths:
         variants = variant_order({r["variant"] for r in summary if r["length"] == length})
         macro = {(v, b): cell.get((length, "macro", v, b)) for v in variants for b in [0.0] + budgets}
@@ -96,7 +100,7 @@ def main():
         for v in variants:
             cols = []
             for b in budgets:
-                r = macro.get((v, b)) or (macro.get((v, 0.0)) if b == budgets[0] else None)
+                r = at(macro, (v,), b)
                 if r is None:
                     cols.append("–")
                     continue
@@ -131,7 +135,7 @@ def main():
         for v in variants:
             cols = []
             for b in budgets:
-                h = held.get((length, v, b)) or (held.get((length, v, 0.0)) if b == budgets[0] else None)
+                h = at(held, (length, v), b)
                 cols.append(f"{statistics.median(h):.2f}" if h else "–")
             print(f"| {v} | " + " | ".join(cols) + " |")
         secs = sum(t for k, t in batches.items() if k[0] == length)
