@@ -109,7 +109,12 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   if (shape.head_dim > 1024)
     return Status::error("head_dim above 1024 is not supported by the low-bit tier");
   b.local = p.local;
-  b.local_windows = (int64_t(p.local) + p.window - 1) / p.window + 1;
+  // Windows that are not yet routed: after an event up to L + ω − 1 positions past the last
+  // aged window, then Ω more tokens before the next event routes them (decode routes every Ω
+  // steps; the peak is just before it). Reserving ceil((L + Ω − 1)/ω) + 1 windows keeps the
+  // budget an invariant between events too, not only right after one.
+  if (p.route_every < 1) return Status::error("routing interval (Ω) must be at least 1");
+  b.local_windows = (int64_t(p.local) + p.route_every - 1 + p.window - 1) / p.window + 1;
   b.window_full = size_t(p.window) * b.token_bytes;
   b.window_quant = ql.window_bytes();
   b.sink_bytes = size_t(p.sink) * b.token_bytes;

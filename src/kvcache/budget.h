@@ -1,7 +1,8 @@
 // Every byte figure of a KV budget, computed once (SPEC §3, paper Eq. 3) and read by the
 // caches, the policies, stats, describe(), diagnostics and tests. Per layer:
 //   B_total = budget_bytes, or budget_fraction × the 16-bit cache of n_ctx tokens
-//   windowed caches (tiered):  B_sink = S tokens, B_local = ceil(L/ω)+1 windows of M_f,
+//   windowed caches (tiered):  B_sink = S tokens, B_local = ceil((L+Ω−1)/ω)+1 windows of M_f
+//     (the local region plus the windows that age out of it between two routing events),
 //     B_hist = B_total − B_sink − B_local,  K_f = ⌊(1−q) B_hist / M_f⌋,  K_q = ⌊q B_hist / M_q⌋
 //     M_f = one window's K|V in 16 bits,  M_q = one window in the low-bit ledger (codes +
 //     scales/zeros, QuantLayout::window_bytes)
@@ -43,7 +44,7 @@ struct KvBudget {
   int sink = 0;               // S tokens
   int local = 0;              // L tokens (per-head caches: the recent tokens, resolved from -1)
   int window = 1;             // ω tokens
-  int64_t local_windows = 0;  // windows reserved for the local region: ceil(L/ω) + 1
+  int64_t local_windows = 0;  // windows not yet routed, at most: ceil((L + Ω − 1)/ω) + 1
   // Bytes per layer.
   size_t total = 0;        // B_total
   size_t token_bytes = 0;  // one token's K and V for all KV heads in 16 bits

@@ -41,7 +41,7 @@ TEST_F(TieredModel, FullBudgetGivesFullKvLogits) {
   FullKvCache full(model_->kv_shape(), n);
   KvCacheParams p;
   p.policy = "qevict";
-  // 1.1, not 1.0: the local region is reserved as ceil(L/ω)+1 whole windows, so at exactly
+  // 1.1, not 1.0: the local region is reserved as ceil((L+Ω-1)/ω)+1 whole windows, so at exactly
   // the full cache's bytes up to one aged window may not fit in F.
   p.budget_fraction = 1.1;
   auto tiered = make_kv_cache(model_->kv_shape(), n, p);

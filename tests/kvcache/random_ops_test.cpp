@@ -394,8 +394,7 @@ class SequenceCheck {
       const bool over_layers = row_.name == "pyramidkv" || row_.name == "layer-defensivekv";
       size_t slack = 0;
       if (!event) {
-        slack = per_head() ? size_t(s_.n_kv_heads) * since_ * b_.head_token_bytes
-                           : size_t(since_ / b_.window + 2) * b_.window_full;
+        slack = per_head() ? size_t(s_.n_kv_heads) * since_ * b_.head_token_bytes : 0;
       }
       size_t all = 0;
       for (int l = 0; l < s_.n_layers; ++l) {
