@@ -16,6 +16,8 @@ What is measured, for both engines (same GGUF, same --threads, no warm-up run):
            -p P -d 0 -b/-ub --batch);
   decode   --n-decode one-token steps on top of a P-token context (qevict bench's decode
            after its prefill; llama-bench -p 0 -n N -d P, whose depth fill is untimed).
+  --llama-prefill-max D times llama.cpp's prefill only up to depth D: every llama-bench call
+  fills its own cache, so a prefill row at 16K costs a second 16K fill per rep.
 qevict's decode tokens are greedy (argmax), llama-bench's are random ids: same work per step.
 Run it on a quiet machine: llama.cpp's CPU threads (OpenMP, GGML_OPENMP is on by default) spin
 at every barrier, so when other processes compete for the cores its figures collapse far more
@@ -166,7 +168,9 @@ def llama_bench(a, kv_type, extra, what):
 
 def run_llama(a, cfg, depth, facts):
     kv_type = LLAMA_CONFIGS[cfg]
-    pp, s1 = llama_bench(a, kv_type, ["-p", str(depth), "-n", "0", "-d", "0"], f"{cfg} prefill {depth}")
+    pp, s1 = {"avg_ts": None}, 0.0
+    if a.llama_prefill_max <= 0 or depth <= a.llama_prefill_max:
+        pp, s1 = llama_bench(a, kv_type, ["-p", str(depth), "-n", "0", "-d", "0"], f"{cfg} prefill {depth}")
     tg, s2 = llama_bench(a, kv_type, ["-p", "0", "-n", str(a.n_decode), "-d", str(depth)],
                          f"{cfg} decode at depth {depth}")
     return {"prefill_tok_s": pp["avg_ts"], "decode_tok_s": tg["avg_ts"],
@@ -199,6 +203,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--llama-args", default="", help="extra llama-bench flags for every llama.cpp run")
+    ap.add_argument("--llama-prefill-max", type=int, default=0,
+                    help="time llama.cpp's prefill only at depths up to this (0: every depth); each "
+                         "llama-bench call fills its own cache, so a deep prefill row costs a second fill")
     ap.add_argument("--membw-mib", type=int, default=1024, help="qevict-membw buffer (MiB)")
     ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"),
                     help="qevict's prompt tokens (llama-bench uses random ids)")
@@ -238,7 +245,8 @@ def main():
                 res["rep"] = r + 1
                 res["loadavg_1min"] = os.getloadavg()[0]
                 runs[(c, d)].append(res)
-                log(f"[rep {r + 1}/{a.reps}] depth {d:6d} {c:15s} prefill {res['prefill_tok_s']:8.1f} tok/s  "
+                pf = f"{res['prefill_tok_s']:8.1f}" if res["prefill_tok_s"] is not None else "     n/a"
+                log(f"[rep {r + 1}/{a.reps}] depth {d:6d} {c:15s} prefill {pf} tok/s  "
                     f"decode {res['decode_tok_s']:7.2f} tok/s  ({res['seconds']:.0f} s)")
 
     bw = statistics.median(m["read_gb_s"] for m in membw)
@@ -248,7 +256,7 @@ def main():
         kv_read = int(statistics.median(x["kv_bytes_read"] for x in rs))
         per_tok = facts["weight_bytes_read_per_token"] + kv_read
         row = {"config": c, "depth": d, "n_decode": a.n_decode, "threads": a.threads, "reps": len(rs),
-               "prefill_tok_s": statistics.median(x["prefill_tok_s"] for x in rs), "decode_tok_s": dec,
+               "prefill_tok_s": median_or_none(x["prefill_tok_s"] for x in rs), "decode_tok_s": dec,
                "kv_bytes_read": kv_read, "kv_bytes_read_source": rs[-1]["kv_bytes_read_source"],
                "kv_bytes_held": int(statistics.median(x["kv_bytes_held"] for x in rs)) if "kv_bytes_held" in rs[0] else None,
                "bytes_per_decode_token": per_tok, "achieved_gb_s": per_tok * dec / 1e9,
@@ -260,7 +268,8 @@ def main():
         for key, base in (("vs_llamacpp_f16", BASE_F16), ("vs_qevict_full", BASE_FULL)):
             b = by.get((base, x["depth"]))
             x[f"decode_{key}"] = x["decode_tok_s"] / b["decode_tok_s"] if b else None
-            x[f"prefill_{key}"] = x["prefill_tok_s"] / b["prefill_tok_s"] if b else None
+            x[f"prefill_{key}"] = (x["prefill_tok_s"] / b["prefill_tok_s"]
+                                   if b and x["prefill_tok_s"] and b["prefill_tok_s"] else None)
 
     loads = [x["loadavg_1min"] for rs in runs.values() for x in rs]
     md = render_markdown(a, rows, facts, membw, bw, configs, loads)
@@ -287,6 +296,11 @@ def main():
     with open(os.path.join(a.out_dir, "decode_bench.md"), "w") as f:
         f.write(md + "\n")
     log(f"decode_bench: wrote decode_bench.{{json,csv,md}} to {a.out_dir} ({time.time() - t_start:.0f} s)")
+
+
+def median_or_none(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
 
 def git_commit():
@@ -316,7 +330,8 @@ def render_markdown(a, rows, facts, membw, bw, configs, loads):
           "|---|---|---|---|---|---|---|---|"]
     for x in order:
         mark = " †" if x["beyond_trained_context"] else ""
-        L.append(f"| {x['depth']:,}{mark} | {x['config']} | {x['prefill_tok_s']:.1f} | {x['decode_tok_s']:.2f} | "
+        pf = f"{x['prefill_tok_s']:.1f}" if x["prefill_tok_s"] is not None else "not timed"
+        L.append(f"| {x['depth']:,}{mark} | {x['config']} | {pf} | {x['decode_tok_s']:.2f} | "
                  f"{fmt_opt(x['decode_vs_llamacpp_f16'])} | {fmt_opt(x['decode_vs_qevict_full'])} | "
                  f"{fmt_opt(x['prefill_vs_llamacpp_f16'])} | {fmt_opt(x['prefill_vs_qevict_full'])} |")
     if any(x["beyond_trained_context"] for x in rows):
