@@ -214,7 +214,9 @@ TEST_F(TieredModel, SharedPrefillGeneratesWhatOwnPrefillDoes) {
     EXPECT_EQ(b[i].output, a[i].output) << variants[i].first;
     KvReport r;
     shared[i]->report(&r);
-    if (i > 0) EXPECT_GT(r.routing_events, 0) << variants[i].first;
+    if (i > 0) {
+      EXPECT_GT(r.routing_events, 0) << variants[i].first;
+    }
   }
 }
 
