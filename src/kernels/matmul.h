@@ -36,6 +36,11 @@ Status check_weight_view(const WeightView& w);
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
             int64_t ldy, int64_t row_begin, int64_t row_end);
 
+// Rows per work chunk when a caller splits matmuls of n_tokens tokens and total_rows rows
+// over n_threads threads: many small chunks for decode (few tokens), fewer for prefill, and
+// about one per thread on the AMX path, where every call converts its X once more.
+int64_t matmul_row_grain(int64_t n_tokens, int64_t total_rows, int n_threads);
+
 // Types with a dedicated SIMD kernel: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
 // Q6_K, i.e. every type ref::can_dequantize accepts. (A type added to the reference but not
 // here would be decoded row by row with the scalar dequantizer, then use the F32 kernel.)

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/ref/dequant.h"
 
@@ -30,7 +31,7 @@ struct MatJob {
 void parallel_matmul(ThreadPool& pool, const std::vector<MatJob>& jobs, int64_t n_tokens) {
   int64_t total = 0;
   for (const auto& j : jobs) total += j.w->n_rows;
-  const int64_t grain = n_tokens >= 8 ? 16 : 64;
+  const int64_t grain = matmul_row_grain(n_tokens, total, pool.size());
   pool.parallel_for(total, grain, [&](int64_t b, int64_t e) {
     int64_t base = 0;
     for (const auto& j : jobs) {

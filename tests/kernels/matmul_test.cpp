@@ -1,7 +1,8 @@
 // Tests for qevict::matmul (the SIMD kernels) against ref::matmul (scalar dequantize +
 // double dot), on every compiled Highway target this CPU supports (AVX-512, AVX2, SSE4,
 // SSSE3, scalar), with awkward shapes, padded strides, misaligned X/Y and sentinels
-// around Y.
+// around Y. The f32 paths run with the AMX prefill path off; MatmulAmx tests that path
+// (bf16 products) on its own, where the CPU has it.
 #include "kernels/matmul.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "hwy/tests/hwy_gtest.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/matmul_ref.h"
+#include "kernels/simd/matmul_amx.h"
 
 namespace qevict {
 namespace {
@@ -107,6 +109,10 @@ struct Shape {
   size_t row_pad = 0;  // bytes after each packed row
 };
 
+// What the kernel under test rounds: only the f32 sums (the exact-decode paths), or also
+// X and W to bf16 before multiplying (the AMX prefill path).
+enum class Products { kF32, kSplitBf16 };
+
 // Runs matmul and ref::matmul on one random problem and compares them.
 //
 // Layout: W has n_rows + 3 rows of which rows [2, 2 + n_rows) are computed; X rows are ldx =
@@ -119,7 +125,11 @@ struct Shape {
 // added one by one: every product passes through at most
 // D = ceil(K / L) + log2(L) + K % L + 1 roundings, hence |fast - exact| <= D u sum|w x|
 // (to first order), and the reference (double sum rounded once) adds u |exact|.
-void check_matmul(GgmlType type, const Shape& s, int64_t target, uint32_t seed) {
+// With split-bf16 products (the AMX path), w and x are each carried as hi + lo bf16 parts
+// (relative error <= 2^-16 each) and the lo x lo product is dropped (<= 2^-16): a product
+// is off by <= 2^-14 relative, and each of the three part products is summed in f32.
+void check_matmul(GgmlType type, const Shape& s, int64_t target, uint32_t seed,
+                  Products products = Products::kF32) {
   std::mt19937 rng(seed);
   const int64_t total_rows = s.n_rows + 3, row_begin = 2, row_end = 2 + s.n_rows;
   const size_t row_bytes = packed_row_bytes(type, s.n_cols) + s.row_pad;
@@ -171,7 +181,10 @@ void check_matmul(GgmlType type, const Shape& s, int64_t target, uint32_t seed) 
     for (int64_t t = 0; t < s.n_tokens; ++t) {
       double abs_sum = 0.0;
       for (int64_t k = 0; k < s.n_cols; ++k) abs_sum += std::fabs(double{wrow[k]} * x[t * ldx + k]);
-      const double tol = (depth + 1) * double{kUnitRoundoff} * abs_sum;
+      const double tol = products == Products::kF32 ? (depth + 1) * double{kUnitRoundoff} * abs_sum
+                                                    : (std::ldexp(1.0, -7) + std::ldexp(1.0, -16) +
+                                                       (s.n_cols + 3) * double{kUnitRoundoff}) *
+                                                          abs_sum;
       const float got = y[t * ldy + r], want = yref[t * ldy + r];
       const double err = std::fabs(double{got} - double{want});
       const double ratio = tol > 0 ? err / tol : (err == 0 ? 0.0 : INFINITY);
@@ -216,7 +229,14 @@ void sweep(GgmlType type, int64_t target) {
   }
 }
 
-class MatmulTest : public hwy::TestWithParamTarget {};
+// The exact-decode paths on every target: the AMX prefill path (bf16) is off meanwhile.
+class MatmulTest : public hwy::TestWithParamTarget {
+ protected:
+  void SetUp() override {
+    hwy::TestWithParamTarget::SetUp();
+    amx::set_enabled(false);  // in case QEVICT_AMX=1 is set
+  }
+};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MatmulTest);
 
 TEST_P(MatmulTest, F32) { sweep(GgmlType::kF32, GetParam()); }
@@ -375,6 +395,98 @@ TEST(MatmulRef, HandComputedQ4_1) {
   EXPECT_EQ(y, 88.0f);
   matmul(w, x.data(), 32, 1, &y, 1, 0, 1);
   EXPECT_EQ(y, 88.0f);
+}
+
+// ------------------------------------------------------------------------------------------
+// The AMX-BF16 prefill path (kernels/simd/matmul_amx.h): n_tokens >= 32 on a CPU with AMX.
+
+class MatmulAmx : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!amx::available()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+    amx::set_enabled(true);
+  }
+  void TearDown() override { amx::set_enabled(false); }
+};
+
+const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
+                              GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+                              GgmlType::kQ4_K, GgmlType::kQ6_K};
+
+// Token counts around the 16- and 32-token tiles, row counts around the 16-row tiles and
+// 32-row panels, K around the 32-wide k step (float types: not a multiple of 32 either).
+TEST_F(MatmulAmx, AwkwardShapesWithinSplitBf16Bound) {
+  uint32_t seed = 4000;
+  for (GgmlType type : kAllTypes) {
+    const int64_t be = ggml_type_info(type)->block_elems;
+    std::vector<int64_t> cols = {be, 3 * be};
+    if (be == 1) cols = {1, 31, 33, 100};
+    for (int64_t k : cols) {
+      for (int64_t t : {32, 33, 47, 64, 100}) {
+        for (int64_t r : {1, 15, 17, 33, 70}) {
+          const size_t pad = (seed % 3 == 0) ? 5 : 0;
+          check_matmul(type, Shape{k, r, t, pad}, HWY_STATIC_TARGET, ++seed, Products::kSplitBf16);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// The model shapes (as ModelShapes) at prefill token counts: their rows span several k
+// blocks (kKBlockBytes), whose partial sums go through Y between blocks.
+TEST_F(MatmulAmx, ModelShapesAndLongRows) {
+  const struct {
+    GgmlType type;
+    int64_t n_cols, n_tokens;
+  } cases[] = {{GgmlType::kQ4_1, 576, 64},   {GgmlType::kQ4_1, 1536, 100},
+               {GgmlType::kQ8_0, 576, 40},   {GgmlType::kQ5_0, 896, 64},
+               {GgmlType::kQ8_0, 896, 33},   {GgmlType::kQ4_K, 4864, 64},
+               {GgmlType::kQ6_K, 4864, 130}, {GgmlType::kF32, 2101, 90}};
+  uint32_t seed = 4500;
+  for (const auto& c : cases) {
+    check_matmul(c.type, Shape{c.n_cols, 37, c.n_tokens}, HWY_STATIC_TARGET, ++seed,
+                 Products::kSplitBf16);
+  }
+}
+
+// One-hot tokens: Y[t, r] = hi + lo of W[r, first + t] exactly (products with 1 and sums
+// of zeros round nothing), which pins the packing of every element to its place.
+TEST_F(MatmulAmx, OneHotTokensGiveSplitBf16Weights) {
+  std::mt19937 rng(11);
+  for (GgmlType type : kAllTypes) {
+    const int64_t be = ggml_type_info(type)->block_elems;
+    const int64_t n_cols = be == 1 ? 70 : (be == 32 ? 3 * be : be), n_rows = 35;
+    const size_t row_bytes = packed_row_bytes(type, n_cols);
+    const std::vector<uint8_t> wb = make_weights(type, n_rows, n_cols, row_bytes, rng);
+    const WeightView w{type, wb.data(), n_cols, n_rows, row_bytes};
+    std::vector<float> wref(static_cast<size_t>(n_rows * n_cols));
+    for (int64_t r = 0; r < n_rows; ++r)
+      ref::dequantize_row(type, wb.data() + r * row_bytes, &wref[r * n_cols], n_cols);
+    const int64_t first = n_cols % 7, n_tokens = std::min<int64_t>(n_cols - first, 40);
+    ASSERT_GE(n_tokens, 32);
+    std::vector<float> x(static_cast<size_t>(n_tokens * n_cols), 0.0f);
+    for (int64_t t = 0; t < n_tokens; ++t) x[t * n_cols + first + t] = 1.0f;
+    std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), kSentinel);
+    matmul(w, x.data(), n_cols, n_tokens, y.data(), n_rows, 0, n_rows);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const float v = wref[r * n_cols + first + t];
+        const float hi = bf16_to_f32(f32_to_bf16(v));
+        const float want = hi + bf16_to_f32(f32_to_bf16(v - hi));
+        ASSERT_EQ(y[t * n_rows + r], want)
+            << ggml_type_info(type)->name << " row " << r << " col " << first + t;
+      }
+    }
+  }
+}
+
+// set_enabled(false) really selects the exact path: the same prefill-sized problem then
+// matches the f32 bound.
+TEST_F(MatmulAmx, TurningItOffRestoresTheExactPath) {
+  amx::set_enabled(false);
+  check_matmul(GgmlType::kQ4_1, Shape{576, 20, 64}, HWY_STATIC_TARGET, 77);
+  EXPECT_FALSE(amx::enabled());
 }
 
 }  // namespace

@@ -37,6 +37,7 @@
 #include "hwy/highway.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/dequant.h"
+#include "kernels/simd/matmul_amx.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qevict {
@@ -68,6 +69,10 @@ constexpr size_t kPrefillRows = 3, kPrefillTokens = 3;
 // From this many tokens on, rows are decoded once into f32 and reused for every token
 // (prefill); below it, blocks are decoded into registers per token tile (decode).
 constexpr size_t kPrefillMinTokens = 2 * kDecodeTokens;
+// From this many tokens on, prefill uses AMX tiles when they are switched on (QEVICT_AMX=1)
+// and the CPU has them (split-bf16 products, matmul_amx.h): below it, converting X and
+// packing the weights costs more than it saves.
+constexpr size_t kAmxMinTokens = 32;
 
 // Software prefetch in the register-tile kernel: the hardware prefetchers alone leave
 // DRAM-sized matrices latency-bound. A tile of kR rows prefetches, for each block it reads,
@@ -559,10 +564,21 @@ void ForTokenBlocks(const Job& j, const RunFn& run) {
   }
 }
 
+// The AMX-BF16 path (kernels/simd/matmul_amx.h) decodes its weight rows with DecodeRows.
+template <class Dec>
+void DecodeForAmx(const void* ctx, size_t row0, size_t n_rows, float* out, size_t stride) {
+  const Job& j = *static_cast<const Job*>(ctx);
+  DecodeRows<Dec>(j.w + row0 * j.row_bytes, j.row_bytes, n_rows, j.n_cols, stride, out);
+}
+
 template <class Dec>
 void Run(const Job& j) {
   if (j.n_tokens < kPrefillMinTokens) {
     return RunRows<Dec, kDecodeRows, kDecodeTokens>(j, j.w, j.row_bytes, j.n_rows, j.y);
+  }
+  if (j.n_tokens >= kAmxMinTokens && amx::enabled()) {
+    return amx::matmul_bf16(j.x, j.ldx, j.n_tokens, j.n_cols, j.n_rows, &DecodeForAmx<Dec>, &j, j.y,
+                            j.ldy);
   }
   ForTokenBlocks(j, [](const Job& part) {
     if constexpr (std::is_same_v<Dec, DecF32>) {  // already f32: no decoding

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/ref/dequant.h"
+#include "kernels/simd/matmul_amx.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/matmul.cpp"
@@ -57,6 +58,15 @@ bool matmul_supported(GgmlType t) {
     default:
       return false;
   }
+}
+
+int64_t matmul_row_grain(int64_t n_tokens, int64_t total_rows, int n_threads) {
+  // kAmxMinTokens of matmul-inl.h (per-target constant; the same on every target).
+  if (n_tokens >= 32 && amx::enabled()) {
+    const int64_t t = HWY_MAX(n_threads, 1);
+    return HWY_MAX((total_rows + t - 1) / t, int64_t{1});
+  }
+  return n_tokens >= 8 ? 16 : 64;
 }
 
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,

@@ -1,0 +1,40 @@
+// Prefill matmul on Intel AMX tiles (bf16 products, f32 sums): the compute-bound regime of
+// qevict::matmul when the CPU and the OS offer AMX-BF16. Internal to the kernels layer:
+// matmul-inl.h calls it from its prefill branch with a decoder for the weight type.
+//
+// Numerics differ from the f32 path: X and the decoded weights are each split into two
+// bf16 parts (v = hi + lo, ~16 significant bits) and three of the four part products are
+// summed in f32 (matmul_amx.cpp), so |Y - exact| <= (2^-14 + (3K + 8) 2^-24) sum_k
+// |W[r,k] X[t,k]| (to first order): ~100x the f32 path's error at K = 576, ~1/200 of one
+// bf16 product's. Decode (few tokens) keeps the exact f32 path.
+#pragma once
+
+#include <cstddef>
+
+namespace qevict::amx {
+
+// True when the CPU has AMX-TILE, AMX-BF16 and AVX512-BF16 and the kernel granted the
+// tile state (asked once, process-wide).
+bool available();
+// True when matmul takes the AMX path for prefill: available() and switched on, by
+// QEVICT_AMX=1 in the environment at start-up or by set_enabled(true). Off by default:
+// it makes a token's logits depend (in the last bits) on how many tokens share its batch,
+// so the engine's batch invariance (a request decodes the same alone or joined) holds only
+// as far as those bits never flip a choice, and the quality tables were measured without
+// it. (The whole test suite passes with QEVICT_AMX=1.)
+bool enabled();
+// Turns the AMX path on or off (tests compare both paths; on a CPU without AMX, true
+// changes nothing). Not thread-safe against concurrent matmuls.
+void set_enabled(bool on);
+
+// Writes n_rows f32 rows (consecutive weight rows starting at row0 of the call's range),
+// `stride` floats apart, each n_cols long.
+using DecodeRowsFn = void (*)(const void* ctx, size_t row0, size_t n_rows, float* out,
+                              size_t stride);
+
+// y[t * ldy + r] = sum_k W[r, k] x[t * ldx + k] for t < n_tokens, r < n_rows, where the
+// rows of W come from decode(ctx, ...). Precondition: enabled().
+void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, size_t n_rows,
+                 DecodeRowsFn decode, const void* ctx, float* y, size_t ldy);
+
+}  // namespace qevict::amx
