@@ -21,8 +21,14 @@ dir="$cache/llama.cpp-$version"
 bin="$dir/build/bin"
 stamp="$dir/.built"
 
+# GGML_NATIVE compiles for the CPU of the build: a cache carried to another CPU (a VM moved
+# to another host, a shared home directory) could run slower than native or fault on an
+# instruction it lacks. The stamp records the CPU model and flags; another CPU rebuilds.
+cpu_id=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) 2>/dev/null |
+  md5sum | cut -c1-16)
 built() {
   [ -f "$stamp" ] || return 1
+  grep -qx "cpu $cpu_id" "$stamp" || return 1
   local t
   for t in "${targets[@]}"; do [ -x "$bin/$t" ] || return 1; done
 }
@@ -78,11 +84,13 @@ fi
 jobs=$(nproc 2>/dev/null || echo 2)
 echo "llamacpp: building ${targets[*]} (llama.cpp from llama-cpp-python $version) with -j$jobs ..." >&2
 t0=$(date +%s)
+# A build tree from another CPU (stamp mismatch) holds objects compiled for it: start anew.
+[ -f "$stamp" ] && rm -rf "$dir/build" "$stamp"
 cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2 || die "cmake configure failed (see above)"
 cmake --build "$dir/build" -j"$jobs" --target "${targets[@]}" >&2 || die "build failed (see above)"
 "$bin/llama-bench" --help >/dev/null || die "$bin/llama-bench --help fails"
-echo "$version $(date -u +%FT%TZ) $(($(date +%s) - t0)) s" >"$stamp"
+printf '%s\ncpu %s\n' "$version $(date -u +%FT%TZ) $(($(date +%s) - t0)) s" "$cpu_id" >"$stamp"
 echo "llamacpp: built in $(($(date +%s) - t0)) s" >&2
 echo "$bin"

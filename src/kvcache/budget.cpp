@@ -47,6 +47,7 @@ std::string KvBudget::describe() const {
 Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
                                   const KvCacheParams& p) {
   QEVICT_RETURN_IF_ERROR(shape.validate());
+  QEVICT_RETURN_IF_ERROR(p.validate());  // callers other than make_kv_cache (the scheduler)
   if (n_ctx <= 0) return Status::error("context size must be positive");
   KvBudget b;
   b.kind = kind;
@@ -113,7 +114,6 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   // aged window, then Ω more tokens before the next event routes them (decode routes every Ω
   // steps; the peak is just before it). Reserving ceil((L + Ω − 1)/ω) + 1 windows keeps the
   // budget an invariant between events too, not only right after one.
-  if (p.route_every < 1) return Status::error("routing interval (Ω) must be at least 1");
   b.local_windows = (int64_t(p.local) + p.route_every - 1 + p.window - 1) / p.window + 1;
   b.window_full = size_t(p.window) * b.token_bytes;
   b.window_quant = ql.window_bytes();
