@@ -280,6 +280,24 @@ TEST_P(MatmulTest, LongRows) {
   }
 }
 
+// W's rows as ref::dequantize_row gives them, [n_rows][n_cols].
+std::vector<float> dequantized(const WeightView& w) {
+  std::vector<float> out(static_cast<size_t>(w.n_rows * w.n_cols));
+  for (int64_t r = 0; r < w.n_rows; ++r)
+    ref::dequantize_row(w.type, w.data + r * w.row_bytes, &out[r * w.n_cols], w.n_cols);
+  return out;
+}
+
+// matmul of all of W's rows with one-hot tokens: token t is e_{first + t}; Y is
+// [n_tokens][n_rows].
+std::vector<float> one_hot_matmul(const WeightView& w, int64_t first, int64_t n_tokens) {
+  std::vector<float> x(static_cast<size_t>(n_tokens * w.n_cols), 0.0f);
+  for (int64_t t = 0; t < n_tokens; ++t) x[t * w.n_cols + first + t] = 1.0f;
+  std::vector<float> y(static_cast<size_t>(n_tokens * w.n_rows), kSentinel);
+  matmul(w, x.data(), w.n_cols, n_tokens, y.data(), w.n_rows, 0, w.n_rows);
+  return y;
+}
+
 // With one-hot tokens (X = identity), Y[t, r] = W[r, t] exactly: checks that the SIMD
 // decoders reproduce ref::dequantize_row bit for bit, in both the decode (few tokens) and
 // the prefill (many tokens) regime.
@@ -289,19 +307,13 @@ void check_one_hot(GgmlType type, float scale, int64_t target, std::mt19937& rng
   const size_t row_bytes = packed_row_bytes(type, n_cols);
   const std::vector<uint8_t> wb = make_weights(type, n_rows, n_cols, row_bytes, rng, scale);
   const WeightView w{type, wb.data(), n_cols, n_rows, row_bytes};
-  std::vector<float> wref(static_cast<size_t>(n_rows * n_cols));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    ref::dequantize_row(type, wb.data() + r * row_bytes, &wref[r * n_cols], n_cols);
-  }
+  const std::vector<float> wref = dequantized(w);
   // Token t is e_{first + t}; n_tokens = n_cols - first reaches the last column (prefill),
   // 1 and 3 tokens at a few offsets exercise the register-tile (decode) path.
   for (int64_t first : {int64_t{0}, n_cols / 2, n_cols - 3}) {
     for (int64_t n_tokens : {int64_t{1}, int64_t{3}, n_cols - first}) {
       if (first + n_tokens > n_cols) continue;
-      std::vector<float> x(static_cast<size_t>(n_tokens * n_cols), 0.0f);
-      for (int64_t t = 0; t < n_tokens; ++t) x[t * n_cols + first + t] = 1.0f;
-      std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), kSentinel);
-      matmul(w, x.data(), n_cols, n_tokens, y.data(), n_rows, 0, n_rows);
+      const std::vector<float> y = one_hot_matmul(w, first, n_tokens);
       for (int64_t t = 0; t < n_tokens; ++t) {
         for (int64_t r = 0; r < n_rows; ++r) {
           ASSERT_EQ(y[t * n_rows + r], wref[r * n_cols + first + t])
@@ -460,15 +472,10 @@ TEST_F(MatmulAmx, OneHotTokensGiveSplitBf16Weights) {
     const size_t row_bytes = packed_row_bytes(type, n_cols);
     const std::vector<uint8_t> wb = make_weights(type, n_rows, n_cols, row_bytes, rng);
     const WeightView w{type, wb.data(), n_cols, n_rows, row_bytes};
-    std::vector<float> wref(static_cast<size_t>(n_rows * n_cols));
-    for (int64_t r = 0; r < n_rows; ++r)
-      ref::dequantize_row(type, wb.data() + r * row_bytes, &wref[r * n_cols], n_cols);
+    const std::vector<float> wref = dequantized(w);
     const int64_t first = n_cols % 7, n_tokens = std::min<int64_t>(n_cols - first, 40);
     ASSERT_GE(n_tokens, 32);
-    std::vector<float> x(static_cast<size_t>(n_tokens * n_cols), 0.0f);
-    for (int64_t t = 0; t < n_tokens; ++t) x[t * n_cols + first + t] = 1.0f;
-    std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), kSentinel);
-    matmul(w, x.data(), n_cols, n_tokens, y.data(), n_rows, 0, n_rows);
+    const std::vector<float> y = one_hot_matmul(w, first, n_tokens);
     for (int64_t t = 0; t < n_tokens; ++t) {
       for (int64_t r = 0; r < n_rows; ++r) {
         const float v = wref[r * n_cols + first + t];
