@@ -456,9 +456,13 @@ TEST_F(MatmulAmx, ModelShapesAndLongRows) {
                {GgmlType::kQ8_0, 896, 33},   {GgmlType::kQ4_K, 4864, 64},
                {GgmlType::kQ6_K, 4864, 130}, {GgmlType::kF32, 2101, 90}};
   uint32_t seed = 4500;
+  // 20 rows: one panel; 37: a pair; 70: a pair and an odd panel. At K = 4864 both the pair
+  // and the lone panel take several k blocks (kKBlockBytes), carried through Y.
   for (const auto& c : cases) {
-    check_matmul(c.type, Shape{c.n_cols, 37, c.n_tokens}, HWY_STATIC_TARGET, ++seed,
-                 Products::kSplitBf16);
+    for (int64_t rows : {20, 37, 70}) {
+      check_matmul(c.type, Shape{c.n_cols, rows, c.n_tokens}, HWY_STATIC_TARGET, ++seed,
+                   Products::kSplitBf16);
+    }
   }
 }
 

@@ -8,14 +8,15 @@
 // (~16 bits), and three products are summed: x_hi w_hi + x_lo w_hi + x_hi w_lo (the
 // dropped x_lo w_lo is below 2^-16 relative).
 //
-// Tiles (palette 1, every tile 16 rows x 64 bytes):
-//   tmm2, tmm3  A: 16 tokens x 32 k of X (hi, lo), straight from the converted X rows;
-//   tmm4..tmm7  B: 16 k-pairs x 16 weight rows x 2 bf16 ("VNNI" layout): rows 0-15 hi, rows
-//               16-31 hi, rows 0-15 lo, rows 16-31 lo, packed once per panel;
-//   tmm0, tmm1  C: 16 tokens x 16 weight rows, f32 = exactly a 16 x 16 block of Y.
-// A panel is 32 weight rows; a step is 16 tokens x 32 rows x 32 k, six tdpbf16ps. The
-// weight rows are decoded to f32 and packed once per call; X is converted once per call
-// and read in blocks that stay in L2.
+// Layout: X is converted once per call into hi and lo bf16 rows (A tiles: 16 tokens x 32 k,
+// loaded straight from them). Weights come in panels of 32 rows, decoded to f32 and packed
+// once per call into B tiles (16 k-pairs x 16 rows x 2 bf16, the "VNNI" layout; per 32 k:
+// rows 0-15 hi, rows 16-31 hi, rows 0-15 lo, rows 16-31 lo). C tiles are 16 tokens x 16
+// rows of f32, i.e. exactly a 16 x 16 block of Y. Steps (8 tiles in all):
+//   pair_step   two panels: tmm0..tmm3 C (the 64 rows), tmm4/tmm5 X hi/lo, tmm6/tmm7 one
+//               quarter's w hi/lo at a time; 12 tdpbf16ps per 32 k;
+//   panel_step  an odd last panel: tmm0/tmm1 hi x hi, tmm2/tmm3 the two corrections,
+//               tmm4/tmm5 X, tmm6/tmm7 w.
 #include "kernels/simd/matmul_amx.h"
 
 #include <cpuid.h>
@@ -36,8 +37,11 @@ namespace {
 constexpr size_t kPanelRows = 32, kTileK = 32, kTileTokens = 16;
 // u16 per panel and 32 k: four B tiles of 512 bf16.
 constexpr size_t kPanelStep = 4 * 512;
-// Bytes of packed weights that one pass over the token tiles reads (stays in L1).
-constexpr size_t kKBlockBytes = 24 * 1024;
+// Bytes of packed weights that one pass over the token tiles reads. Between passes the C
+// tiles go through Y (eight 1 KiB tile transfers per token tile, Y being L2- or L3-sized):
+// with L1-sized passes (24-32 KiB) those transfers bound the kernel (SmolLM2 prefill at 512
+// tokens ~720 tok/s); with 512 KiB (B from L2) ~925-1030; larger changed nothing.
+constexpr size_t kKBlockBytes = 512 * 1024;
 
 bool cpu_and_os_allow() {
 #if defined(__x86_64__) && defined(__linux__)
@@ -248,6 +252,84 @@ QEVICT_AMX_TARGET void panel_step(const uint16_t* xhi, const uint16_t* xlo, size
     }
   }
 }
+
+// As panel_step, for two consecutive panels (rows r0 .. r0 + 63; rows past n_rows are the
+// zero padding of the second panel or of its Y writes): tmm0..tmm3 hold the four 16-row
+// quarters, each summing its three products in one chain; the X tiles (tmm4 hi, tmm5 lo),
+// which come from L2, serve 64 rows instead of 32, and the B tiles take turns in
+// tmm6 (w hi) and tmm7 (w lo).
+QEVICT_AMX_TARGET void pair_step(const uint16_t* xhi, const uint16_t* xlo, size_t kp,
+                                 const uint16_t* wp, size_t panel_u16, size_t kb0, size_t kb1,
+                                 size_t t0, size_t n_tokens, size_t r0, size_t n_rows, float* y,
+                                 size_t ldy) {
+  alignas(64) float tmp[16 * 16];
+  const long sy = static_cast<long>(ldy * 4);
+  const bool all_tokens = t0 + 16 <= n_tokens;
+  const auto whole = [&](size_t q) { return all_tokens && r0 + 16 * q + 16 <= n_rows; };
+  const auto get = [&](size_t q) {
+    const size_t r = r0 + 16 * q;
+    for (size_t i = 0; i < 16; ++i)
+      for (size_t j = 0; j < 16; ++j)
+        tmp[i * 16 + j] = (t0 + i < n_tokens && r + j < n_rows) ? y[(t0 + i) * ldy + r + j] : 0.0f;
+  };
+  const auto put = [&](size_t q) {
+    const size_t r = r0 + 16 * q;
+    for (size_t i = 0; i < 16 && t0 + i < n_tokens; ++i)
+      for (size_t j = 0; j < 16 && r + j < n_rows; ++j) y[(t0 + i) * ldy + r + j] = tmp[i * 16 + j];
+  };
+#define QEVICT_AMX_LOAD_C(q)                            \
+  do {                                                  \
+    if (kb0 == 0) {                                     \
+      _tile_zero(q);                                    \
+    } else if (whole(q)) {                              \
+      _tile_loadd(q, y + t0 * ldy + r0 + 16 * (q), sy); \
+    } else {                                            \
+      get(q);                                           \
+      _tile_loadd(q, tmp, 64);                          \
+    }                                                   \
+  } while (0)
+  QEVICT_AMX_LOAD_C(0);
+  QEVICT_AMX_LOAD_C(1);
+  QEVICT_AMX_LOAD_C(2);
+  QEVICT_AMX_LOAD_C(3);
+#undef QEVICT_AMX_LOAD_C
+  const uint16_t* ah = xhi + t0 * kp;
+  const uint16_t* al = xlo + t0 * kp;
+  const long sa = static_cast<long>(kp * 2);
+  for (size_t kb = kb0; kb < kb1; ++kb) {
+    const uint16_t* b0 = wp + kb * kPanelStep;  // first panel
+    const uint16_t* b1 = b0 + panel_u16;        // second panel
+    _tile_loadd(4, ah + kb * kTileK, sa);
+    _tile_loadd(5, al + kb * kTileK, sa);
+#define QEVICT_AMX_QUARTER(q, b)  \
+  _tile_loadd(6, (b), 64);        \
+  _tile_loadd(7, (b) + 1024, 64); \
+  _tile_dpbf16ps(q, 4, 6);        \
+  _tile_dpbf16ps(q, 5, 6);        \
+  _tile_dpbf16ps(q, 4, 7)
+    QEVICT_AMX_QUARTER(0, b0);
+    QEVICT_AMX_QUARTER(1, b0 + 512);
+    QEVICT_AMX_QUARTER(2, b1);
+    QEVICT_AMX_QUARTER(3, b1 + 512);
+#undef QEVICT_AMX_QUARTER
+  }
+#define QEVICT_AMX_STORE_C(q)                              \
+  do {                                                     \
+    if (r0 + 16 * (q) < n_rows) {                          \
+      if (whole(q)) {                                      \
+        _tile_stored(q, y + t0 * ldy + r0 + 16 * (q), sy); \
+      } else {                                             \
+        _tile_stored(q, tmp, 64);                          \
+        put(q);                                            \
+      }                                                    \
+    }                                                      \
+  } while (0)
+  QEVICT_AMX_STORE_C(0);
+  QEVICT_AMX_STORE_C(1);
+  QEVICT_AMX_STORE_C(2);
+  QEVICT_AMX_STORE_C(3);
+#undef QEVICT_AMX_STORE_C
+}
 #endif  // __x86_64__
 
 }  // namespace
@@ -288,18 +370,26 @@ void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, siz
     }
     pack_panel(rows.data(), kp, wb.data() + p * (kp / kTileK) * kPanelStep);
   }
-  // Loop order: a block of k steps of one panel (kKBlockBytes of B, kept in L1) meets every
-  // token tile in turn; the C tiles carry the partial sums through Y between blocks.
+  // Loop order: a block of k steps of two panels (kKBlockBytes of B, from L2) meets every
+  // token tile in turn; the C tiles carry the partial sums through Y between blocks. An odd
+  // last panel goes alone (panel_step).
   const size_t n_kb = kp / kTileK;
-  const size_t kb_block = std::max<size_t>(1, kKBlockBytes / (kPanelStep * 2));
+  const size_t panel_u16 = n_kb * kPanelStep;
   configure_tiles();
-  for (size_t p = 0; p < n_panels; ++p) {
-    const uint16_t* wp = wb.data() + p * n_kb * kPanelStep;
+  for (size_t p = 0; p < n_panels; p += 2) {
+    const bool pair = p + 1 < n_panels;
+    const size_t kb_block = std::max<size_t>(1, kKBlockBytes / (kPanelStep * 2 * (pair ? 2 : 1)));
+    const uint16_t* wp = wb.data() + p * panel_u16;
     for (size_t kb0 = 0; kb0 < n_kb; kb0 += kb_block) {
       const size_t kb1 = std::min(n_kb, kb0 + kb_block);
       for (size_t t0 = 0; t0 < n_tpad; t0 += kTileTokens) {
-        panel_step(xhi.data(), xlo.data(), kp, wp, kb0, kb1, t0, n_tokens, p * kPanelRows, n_rows,
-                   y, ldy);
+        if (pair) {
+          pair_step(xhi.data(), xlo.data(), kp, wp, panel_u16, kb0, kb1, t0, n_tokens,
+                    p * kPanelRows, n_rows, y, ldy);
+        } else {
+          panel_step(xhi.data(), xlo.data(), kp, wp, kb0, kb1, t0, n_tokens, p * kPanelRows, n_rows,
+                     y, ldy);
+        }
       }
     }
   }
