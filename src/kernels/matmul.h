@@ -30,11 +30,19 @@ Status check_weight_view(const WeightView& w);
 // alignment needed, only the listed Y elements are written. Single-threaded and
 // reentrant: callers split the row range across threads. Weights are decoded exactly
 // (bit-identical to ref::dequantize_row); the products are summed in f32 in L lanes (16
-// with AVX-512), so |error| <= (K/L + log2 L + K%L + 1) * 2^-24 * sum_k |W[r,k] X[t,k]|.
+// with AVX-512), so |error| <= (K/L + log2 L + K%L + 1) * 2^-24 * sum_k |W[r,k] X[t,k]|
+// (the exact path; calls of >= 32 tokens take the AMX path below where it is on).
 // Precondition: check_weight_view(w) is ok and 0 <= row_begin <= row_end <= n_rows;
 // otherwise the listed Y elements are set to NaN.
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
             int64_t ldy, int64_t row_begin, int64_t row_end);
+
+// The AMX prefill path (kernels/simd/matmul_amx.h: calls of >= 32 tokens on CPUs with
+// AMX-BF16; split-bf16 products, |error| <= (2^-14 + (3K + 8) 2^-24) sum|W X|): on by
+// default, off with QEVICT_AMX=0 or matmul_set_amx(false), which restores the exact path
+// above for every call (and with it exact batch invariance).
+bool matmul_amx_enabled();
+void matmul_set_amx(bool on);
 
 // Rows per work chunk when a caller splits matmuls of n_tokens tokens and total_rows rows
 // over n_threads threads: many small chunks for decode (few tokens), fewer for prefill, and

@@ -234,8 +234,14 @@ class MatmulTest : public hwy::TestWithParamTarget {
  protected:
   void SetUp() override {
     hwy::TestWithParamTarget::SetUp();
-    amx::set_enabled(false);  // in case QEVICT_AMX=1 is set
+    was_on_ = amx::enabled();
+    amx::set_enabled(false);
   }
+  void TearDown() override {
+    amx::set_enabled(was_on_);
+    hwy::TestWithParamTarget::TearDown();
+  }
+  bool was_on_ = false;
 };
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MatmulTest);
 
@@ -416,9 +422,11 @@ class MatmulAmx : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!amx::available()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+    was_on_ = amx::enabled();
     amx::set_enabled(true);
   }
-  void TearDown() override { amx::set_enabled(false); }
+  void TearDown() override { amx::set_enabled(was_on_); }
+  bool was_on_ = false;
 };
 
 const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
@@ -495,9 +503,9 @@ TEST_F(MatmulAmx, OneHotTokensGiveSplitBf16Weights) {
 // set_enabled(false) really selects the exact path: the same prefill-sized problem then
 // matches the f32 bound.
 TEST_F(MatmulAmx, TurningItOffRestoresTheExactPath) {
-  amx::set_enabled(false);
+  matmul_set_amx(false);
+  EXPECT_FALSE(matmul_amx_enabled());
   check_matmul(GgmlType::kQ4_1, Shape{576, 20, 64}, HWY_STATIC_TARGET, 77);
-  EXPECT_FALSE(amx::enabled());
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ bool matmul_supported(GgmlType t) {
   }
 }
 
+bool matmul_amx_enabled() { return amx::enabled(); }
+void matmul_set_amx(bool on) { amx::set_enabled(on); }
+
 int64_t matmul_row_grain(int64_t n_tokens, int64_t total_rows, int n_threads) {
   // kAmxMinTokens of matmul-inl.h (per-target constant; the same on every target).
   if (n_tokens >= 32 && amx::enabled()) {

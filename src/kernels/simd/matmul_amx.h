@@ -16,15 +16,14 @@ namespace qevict::amx {
 // True when the CPU has AMX-TILE, AMX-BF16 and AVX512-BF16 and the kernel granted the
 // tile state (asked once, process-wide).
 bool available();
-// True when matmul takes the AMX path for prefill: available() and switched on, by
-// QEVICT_AMX=1 in the environment at start-up or by set_enabled(true). Off by default:
-// it makes a token's logits depend (in the last bits) on how many tokens share its batch,
-// so the engine's batch invariance (a request decodes the same alone or joined) holds only
-// as far as those bits never flip a choice, and the quality tables were measured without
-// it. (The whole test suite passes with QEVICT_AMX=1.)
+// True when matmul takes the AMX path for prefill: available() and switched on, which it
+// is unless QEVICT_AMX=0 was in the environment at start-up or set_enabled(false) was
+// called. With it, a token's logits depend in their last bits on how many tokens share its
+// batch (32 or more take this path), as in llama.cpp: the engine's batch invariance (a
+// request decodes the same alone or joined) is exact only with it off.
 bool enabled();
-// Turns the AMX path on or off (tests compare both paths; on a CPU without AMX, true
-// changes nothing). Not thread-safe against concurrent matmuls.
+// Turns the AMX path on or off (on a CPU without AMX, true changes nothing). Not
+// thread-safe against concurrent matmuls.
 void set_enabled(bool on);
 
 // Writes n_rows f32 rows (consecutive weight rows starting at row0 of the call's range),
