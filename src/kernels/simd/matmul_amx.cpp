@@ -41,6 +41,8 @@ namespace {
 
 constexpr size_t kPanelRows = 32, kTileK = 32, kTileTokens = 16;
 // u16 per panel and 32 k: four B tiles of 512 bf16.
+// Per-thread scratch kept between calls (see matmul_bf16).
+constexpr size_t kKeepScratchBytes = size_t(4) << 20;
 constexpr size_t kPanelStep = 4 * 512;
 // Bytes of packed weights that one pass over the token tiles reads. Between passes the C
 // tiles go through Y (eight 1 KiB tile transfers per token tile, Y being L2- or L3-sized):
@@ -400,6 +402,17 @@ void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, siz
     }
   }
   release_tiles();
+  // Scratch of this size stays for the next call (SmolLM2's calls at 512 tokens need ~2 MiB);
+  // larger (Qwen 0.5B's 4,864-column matrices: ~19 MiB) is given back, so that a thread does
+  // not hold it after the prompt (a fresh allocation costs ~5 % of such a call).
+  const size_t held =
+      (xhi.capacity() + xlo.capacity() + wb.capacity()) * 2 + rows.capacity() * sizeof(float);
+  if (held > kKeepScratchBytes) {
+    std::vector<uint16_t>().swap(xhi);
+    std::vector<uint16_t>().swap(xlo);
+    std::vector<uint16_t>().swap(wb);
+    std::vector<float>().swap(rows);
+  }
 #else
   (void)x, (void)ldx, (void)n_tokens, (void)n_cols, (void)n_rows, (void)decode, (void)ctx, (void)y,
       (void)ldy;
