@@ -44,6 +44,14 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
 bool matmul_amx_enabled();
 void matmul_set_amx(bool on);
 
+// The 8-bit-activation path (kernels/simd/matmul_q8.h: calls of fewer than 32 tokens with
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights, on CPUs with AVX-512 VNNI; X quantized per 32-block to d q with
+// d = amax / 127, as llama.cpp does, so |error| <= sum_k |W[r,k]| d_k / 2 + f32 summation): on by
+// default, off with QEVICT_Q8=0 or matmul_set_q8(false), which restores the exact path for those
+// calls. A token's result does not depend on the other tokens of its call.
+bool matmul_q8_enabled();
+void matmul_set_q8(bool on);
+
 // Rows per work chunk when a caller splits matmuls of n_tokens tokens and total_rows rows
 // over n_threads threads: many small chunks for decode (few tokens), fewer for prefill, and
 // about one per thread on the AMX path, where every call converts its X once more.

@@ -2,7 +2,8 @@
 // double dot), on every compiled Highway target this CPU supports (AVX-512, AVX2, SSE4,
 // SSSE3, scalar), with awkward shapes, padded strides, misaligned X/Y and sentinels
 // around Y. The f32 paths run with the AMX prefill path off; MatmulAmx tests that path
-// (bf16 products) on its own, where the CPU has it.
+// (bf16 products) and MatmulQ8 the 8-bit-activation path on their own, where the CPU has
+// them.
 #include "kernels/matmul.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/simd/matmul_amx.h"
+#include "kernels/simd/matmul_q8.h"
 
 namespace qevict {
 namespace {
@@ -235,13 +237,16 @@ class MatmulTest : public hwy::TestWithParamTarget {
   void SetUp() override {
     hwy::TestWithParamTarget::SetUp();
     was_on_ = amx::enabled();
+    q8_was_on_ = q8::enabled();
     amx::set_enabled(false);
+    q8::set_enabled(false);
   }
   void TearDown() override {
     amx::set_enabled(was_on_);
+    q8::set_enabled(q8_was_on_);
     hwy::TestWithParamTarget::TearDown();
   }
-  bool was_on_ = false;
+  bool was_on_ = false, q8_was_on_ = false;
 };
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MatmulTest);
 
@@ -506,6 +511,202 @@ TEST_F(MatmulAmx, TurningItOffRestoresTheExactPath) {
   matmul_set_amx(false);
   EXPECT_FALSE(matmul_amx_enabled());
   check_matmul(GgmlType::kQ4_1, Shape{576, 20, 64}, HWY_STATIC_TARGET, 77);
+}
+
+// ------------------------------------------------------------------------------------------
+// The 8-bit-activation path (kernels/simd/matmul_q8.h): n_tokens < 32, 32-block types, on a
+// CPU with AVX-512 VNNI.
+
+class MatmulQ8 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!q8::available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    was_on_ = q8::enabled();
+    q8::set_enabled(true);
+  }
+  void TearDown() override { q8::set_enabled(was_on_); }
+  bool was_on_ = false;
+};
+
+const GgmlType kQ8Types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                             GgmlType::kQ8_0};
+
+// m_w of block b of a row (Q4_1/Q5_1), else 0.
+float block_m(GgmlType t, const uint8_t* row, int64_t b) {
+  if (t != GgmlType::kQ4_1 && t != GgmlType::kQ5_1) return 0.0f;
+  uint16_t h;
+  std::memcpy(&h, row + b * ggml_type_info(t)->block_bytes + 2, 2);
+  return f16_to_f32(h);
+}
+
+// Runs the Q8 path on one random problem (layout as check_matmul: padded X/Y strides,
+// sentinels) and checks it against
+//  - ref::matmul_q8, the same products from integers, within f32 summation: each block
+//    term (d_w d_x times an exact integer; Q4_1/Q5_1 also m_w (d_x sum q)) is rounded <= 3
+//    times and summed in a lane through <= 2 n_pairs + 4 additions, so |fast - ref| <=
+//    (2 n_pairs + 8) u M with M = sum_k (|w_k| + 2 |m_b|) |xq_k| (|d_w c_k| <= |w_k| + |m_b|),
+//    xq = d q the quantized activations;
+//  - ref::matmul, the exact product: |fast - exact| <= sum_k |w_k| |x_k - xq_k| (the
+//    quantization, each <= d_b / 2) + the bound above + u |exact|.
+void check_q8(GgmlType type, const Shape& s, uint32_t seed, float x_scale = 1.0f) {
+  std::mt19937 rng(seed);
+  const int64_t total_rows = s.n_rows + 3, row_begin = 2, row_end = 2 + s.n_rows;
+  const size_t row_bytes = packed_row_bytes(type, s.n_cols) + s.row_pad;
+  const std::vector<uint8_t> wbytes = make_weights(type, total_rows, s.n_cols, row_bytes, rng);
+  const WeightView w{type, wbytes.data(), s.n_cols, total_rows, row_bytes};
+  const int64_t ldx = s.n_cols + 3, ldy = total_rows + 8;
+  std::vector<float> xbuf(static_cast<size_t>(s.n_tokens * ldx + 1),
+                          std::numeric_limits<float>::quiet_NaN());
+  float* x = xbuf.data() + 1;
+  for (int64_t t = 0; t < s.n_tokens; ++t) {
+    for (int64_t k = 0; k < s.n_cols; ++k) x[t * ldx + k] = x_scale * uniform(rng, -1.0f, 1.0f);
+    if (s.n_cols >= 64 && t % 3 == 1) {  // an all-zero block (d = 0)
+      for (int64_t k = 32; k < 64; ++k) x[t * ldx + k] = 0.0f;
+    }
+  }
+  const int64_t y_size = s.n_tokens * ldy, guard = 16;
+  std::vector<float> ybuf(static_cast<size_t>(y_size + 2 * guard + 1), kSentinel);
+  std::vector<float> yq_buf = ybuf, yx_buf = ybuf;
+  float* y = ybuf.data() + guard + 1;
+  float* yq = yq_buf.data() + guard + 1;
+  float* yx = yx_buf.data() + guard + 1;
+  matmul(w, x, ldx, s.n_tokens, y, ldy, row_begin, row_end);
+  ref::matmul_q8(w, x, ldx, s.n_tokens, yq, ldy, row_begin, row_end);
+  ref::matmul(w, x, ldx, s.n_tokens, yx, ldy, row_begin, row_end);
+
+  const std::string where = "type " + std::string(ggml_type_info(type)->name) +
+                            " K=" + std::to_string(s.n_cols) + " rows=" + std::to_string(s.n_rows) +
+                            " tokens=" + std::to_string(s.n_tokens);
+  for (size_t i = 0; i < ybuf.size(); ++i) {
+    const int64_t off = static_cast<int64_t>(i) - guard - 1;
+    const bool written = off >= 0 && off < y_size && off % ldy >= row_begin && off % ldy < row_end;
+    if (!written) {
+      ASSERT_EQ(std::memcmp(&ybuf[i], &kSentinel, 4), 0) << where << " offset " << off;
+    }
+  }
+  const int64_t nb = s.n_cols / 32, n_pairs = (nb + 1) / 2;
+  const double u = kUnitRoundoff;
+  std::vector<float> wrow(static_cast<size_t>(s.n_cols));
+  for (int64_t t = 0; t < s.n_tokens; ++t) {
+    std::vector<ref::Q8Block> xb(static_cast<size_t>(nb));
+    for (int64_t b = 0; b < nb; ++b) xb[b] = ref::quantize_q8_block(x + t * ldx + b * 32);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = wbytes.data() + r * row_bytes;
+      ref::dequantize_row(type, row, wrow.data(), s.n_cols);
+      double mag = 0.0, quant = 0.0;
+      for (int64_t k = 0; k < s.n_cols; ++k) {
+        const ref::Q8Block& a = xb[k / 32];
+        const double xq = double{a.d} * a.q[k % 32];
+        mag += (std::fabs(double{wrow[k]}) + 2.0 * std::fabs(block_m(type, row, k / 32))) *
+               std::fabs(xq);
+        quant += std::fabs(double{wrow[k]}) * std::fabs(x[t * ldx + k] - xq);
+      }
+      const double tol_q = (2.0 * n_pairs + 8) * u * mag;
+      const float got = y[t * ldy + r];
+      ASSERT_LE(std::fabs(double{got} - yq[t * ldy + r]), tol_q)
+          << where << " token " << t << " row " << r << ": got " << got << " ref::matmul_q8 "
+          << yq[t * ldy + r];
+      const double tol_x = quant * (1 + 1e-6) + tol_q + u * std::fabs(double{yx[t * ldy + r]});
+      ASSERT_LE(std::fabs(double{got} - yx[t * ldy + r]), tol_x)
+          << where << " token " << t << " row " << r << ": got " << got << " exact "
+          << yx[t * ldy + r];
+    }
+  }
+}
+
+// Token counts around the 4-token tile and up to 31 (32 goes elsewhere), row counts around
+// the 4-row tile, odd and even block counts (an odd count ends on a half pair).
+TEST_F(MatmulQ8, AwkwardShapesMatchTheReferences) {
+  uint32_t seed = 8000;
+  for (GgmlType type : kQ8Types) {
+    for (int64_t k : {32, 64, 96, 160, 576}) {
+      for (int64_t t : {1, 2, 3, 4, 5, 7, 9, 31}) {
+        for (int64_t r : {1, 3, 4, 5, 9, 65}) {
+          const size_t pad = (seed % 3 == 0) ? 5 : 0;
+          check_q8(type, Shape{k, r, t, pad}, ++seed);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// The model shapes, and activations from 1e-3 to 1e3 (the codes do not care; d does).
+TEST_F(MatmulQ8, ModelShapesAndScales) {
+  uint32_t seed = 8500;
+  for (GgmlType type : kQ8Types) {
+    for (int64_t k : {896, 1536, 4864}) {
+      for (float scale : {1e-3f, 1e3f}) check_q8(type, Shape{k, 37, 2}, ++seed, scale);
+    }
+  }
+}
+
+// A token's result is the same bits whether it is alone in a call or with 30 others.
+TEST_F(MatmulQ8, TokensDoNotDependOnTheirCallmates) {
+  std::mt19937 rng(5);
+  for (GgmlType type : kQ8Types) {
+    const int64_t n_cols = 160, n_rows = 13, n_tokens = 31;
+    const size_t row_bytes = packed_row_bytes(type, n_cols);
+    const std::vector<uint8_t> wb = make_weights(type, n_rows, n_cols, row_bytes, rng);
+    const WeightView w{type, wb.data(), n_cols, n_rows, row_bytes};
+    std::vector<float> x(static_cast<size_t>(n_tokens * n_cols));
+    for (float& v : x) v = uniform(rng, -2.0f, 2.0f);
+    std::vector<float> all(static_cast<size_t>(n_tokens * n_rows)), one(n_rows);
+    matmul(w, x.data(), n_cols, n_tokens, all.data(), n_rows, 0, n_rows);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      matmul(w, x.data() + t * n_cols, n_cols, 1, one.data(), n_rows, 0, n_rows);
+      ASSERT_EQ(std::memcmp(one.data(), all.data() + t * n_rows, n_rows * 4), 0)
+          << ggml_type_info(type)->name << " token " << t;
+    }
+  }
+}
+
+// Inf or NaN in an activation block reaches Y as NaN (the exact path's behaviour for NaN;
+// for Inf the exact sum may be Inf or NaN: NaN here), only for that token.
+TEST_F(MatmulQ8, NonFiniteActivationsGiveNaN) {
+  std::mt19937 rng(6);
+  for (GgmlType type : kQ8Types) {
+    const int64_t n_cols = 96, n_rows = 5;
+    const size_t row_bytes = packed_row_bytes(type, n_cols);
+    const std::vector<uint8_t> wb = make_weights(type, n_rows, n_cols, row_bytes, rng);
+    const WeightView w{type, wb.data(), n_cols, n_rows, row_bytes};
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY}) {
+      std::vector<float> x(3 * n_cols, 0.5f), y(3 * n_rows);
+      x[n_cols + 70] = bad;  // token 1, block 2
+      matmul(w, x.data(), n_cols, 3, y.data(), n_rows, 0, n_rows);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        EXPECT_TRUE(std::isfinite(y[r]) && std::isfinite(y[2 * n_rows + r]));
+        EXPECT_TRUE(std::isnan(y[n_rows + r])) << ggml_type_info(type)->name << " " << bad;
+      }
+    }
+  }
+}
+
+// set_enabled(false) really selects the exact path: the same decode-sized problem then
+// matches the f32 bound (which the 8-bit path misses by far).
+TEST_F(MatmulQ8, TurningItOffRestoresTheExactPath) {
+  matmul_set_q8(false);
+  EXPECT_FALSE(matmul_q8_enabled());
+  check_matmul(GgmlType::kQ4_1, Shape{576, 20, 3}, HWY_STATIC_TARGET, 78);
+  matmul_set_q8(true);
+  EXPECT_TRUE(matmul_q8_enabled());
+}
+
+// The reference quantizer on a hand-made block: amax 254 -> d = 2, codes x / 2 rounded to
+// nearest even.
+TEST(MatmulQ8Ref, QuantizesABlockByHand) {
+  float x[32] = {};
+  x[0] = 254.0f, x[1] = -127.0f, x[2] = 1.0f, x[3] = 3.0f, x[4] = 5.0f;
+  const ref::Q8Block b = ref::quantize_q8_block(x);
+  EXPECT_EQ(b.d, 2.0f);
+  EXPECT_EQ(b.q[0], 127);
+  EXPECT_EQ(b.q[1], -64);  // -63.5 -> -64 (even)
+  EXPECT_EQ(b.q[2], 0);    // 0.5 -> 0 (even)
+  EXPECT_EQ(b.q[3], 2);    // 1.5 -> 2
+  EXPECT_EQ(b.q[4], 2);    // 2.5 -> 2
+  EXPECT_EQ(b.sum, 127 - 64 + 2 + 2);
+  const float zeros[32] = {};
+  EXPECT_EQ(ref::quantize_q8_block(zeros).d, 0.0f);
 }
 
 }  // namespace

@@ -38,6 +38,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/simd/matmul_amx.h"
+#include "kernels/simd/matmul_q8.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qevict {
@@ -69,10 +70,6 @@ constexpr size_t kPrefillRows = 3, kPrefillTokens = 3;
 // From this many tokens on, rows are decoded once into f32 and reused for every token
 // (prefill); below it, blocks are decoded into registers per token tile (decode).
 constexpr size_t kPrefillMinTokens = 2 * kDecodeTokens;
-// From this many tokens on, prefill uses AMX tiles when they are switched on (QEVICT_AMX=1)
-// and the CPU has them (split-bf16 products, matmul_amx.h): below it, converting X and
-// packing the weights costs more than it saves.
-constexpr size_t kAmxMinTokens = 32;
 
 // Software prefetch in the register-tile kernel: the hardware prefetchers alone leave
 // DRAM-sized matrices latency-bound. A tile of kR rows prefetches, for each block it reads,
@@ -576,7 +573,7 @@ void Run(const Job& j) {
   if (j.n_tokens < kPrefillMinTokens) {
     return RunRows<Dec, kDecodeRows, kDecodeTokens>(j, j.w, j.row_bytes, j.n_rows, j.y);
   }
-  if (j.n_tokens >= kAmxMinTokens && amx::enabled()) {
+  if (j.n_tokens >= amx::kMinTokens && amx::enabled()) {
     return amx::matmul_bf16(j.x, j.ldx, j.n_tokens, j.n_cols, j.n_rows, &DecodeForAmx<Dec>, &j, j.y,
                             j.ldy);
   }
@@ -617,6 +614,13 @@ inline void MatmulImpl(const WeightView& w, const float* x, int64_t ldx, int64_t
               static_cast<size_t>(n_tokens),
               y + row_begin,
               static_cast<size_t>(ldy)};
+  // Below the AMX threshold the 32-block types take the 8-bit-activation path where it is
+  // on (matmul_q8.h): every call of fewer tokens, so a token's result does not depend on
+  // how many tokens share its call below amx::kMinTokens.
+  if (j.n_tokens < amx::kMinTokens && q8::enabled() && q8::supports(w.type)) {
+    return q8::matmul(w.type, j.w, j.row_bytes, j.n_rows, j.n_cols, j.x, j.ldx, j.n_tokens, j.y,
+                      j.ldy);
+  }
   switch (w.type) {
     case GgmlType::kF32:
       return Run<DecF32>(j);

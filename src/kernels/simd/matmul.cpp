@@ -8,6 +8,7 @@
 
 #include "kernels/ref/dequant.h"
 #include "kernels/simd/matmul_amx.h"
+#include "kernels/simd/matmul_q8.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/matmul.cpp"
@@ -63,11 +64,18 @@ bool matmul_supported(GgmlType t) {
 bool matmul_amx_enabled() { return amx::enabled(); }
 void matmul_set_amx(bool on) { amx::set_enabled(on); }
 
+bool matmul_q8_enabled() { return q8::enabled(); }
+void matmul_set_q8(bool on) { q8::set_enabled(on); }
+
 int64_t matmul_row_grain(int64_t n_tokens, int64_t total_rows, int n_threads) {
-  // kAmxMinTokens of matmul-inl.h (per-target constant; the same on every target).
-  if (n_tokens >= 32 && amx::enabled()) {
-    const int64_t t = HWY_MAX(n_threads, 1);
+  const int64_t t = HWY_MAX(n_threads, 1);
+  if (n_tokens >= static_cast<int64_t>(amx::kMinTokens) && amx::enabled()) {
     return HWY_MAX((total_rows + t - 1) / t, int64_t{1});
+  }
+  // The 8-bit path quantizes X once per call: with several tokens, four chunks per thread
+  // keep that small against the products (decode keeps 64-row chunks for balance).
+  if (n_tokens > 1 && q8::enabled()) {
+    return HWY_MAX((total_rows + 4 * t - 1) / (4 * t), int64_t{64});
   }
   return n_tokens >= 8 ? 16 : 64;
 }

@@ -13,6 +13,10 @@
 
 namespace qevict::amx {
 
+// Calls of this many tokens or more take the AMX path where it is on: below it, converting
+// X and packing the weights costs more than it saves.
+constexpr size_t kMinTokens = 32;
+
 // True when the CPU has AMX-TILE, AMX-BF16 and AVX512-BF16 and the kernel granted the
 // tile state (asked once, process-wide).
 bool available();
