@@ -12,9 +12,31 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 
 namespace qevict {
+
+// Sets the matmul paths that are not exact up to f32 summation order (the AMX prefill path
+// and the 8-bit-activation decode path, kernels/matmul.h) for its lifetime, and restores
+// them: for tests whose claim is that two computations agree to f32 rounding, which the
+// 8-bit path's activation rounding (it flips on tiny input changes) would hide.
+class MatmulPaths {
+ public:
+  MatmulPaths(bool amx, bool q8) : amx_(matmul_amx_enabled()), q8_(matmul_q8_enabled()) {
+    matmul_set_amx(amx);
+    matmul_set_q8(q8);
+  }
+  ~MatmulPaths() {
+    matmul_set_amx(amx_);
+    matmul_set_q8(q8_);
+  }
+  MatmulPaths(const MatmulPaths&) = delete;
+  MatmulPaths& operator=(const MatmulPaths&) = delete;
+
+ private:
+  bool amx_, q8_;
+};
 
 class RealModelTest : public ::testing::Test {
  protected:

@@ -44,14 +44,10 @@ std::vector<int32_t> alone(Model& m, ThreadPool& pool, const ServeRequest& r) {
 }
 
 TEST_F(SchedulerModel, JoiningRequestsDecodeWhatEachDecodesAlone) {
-  // Exact only on the exact matmul path: the AMX prefill path (on by default where the CPU
-  // has it) rounds a token's products differently when 32 or more tokens share its batch.
-  const bool amx_was_on = matmul_amx_enabled();
-  matmul_set_amx(false);
-  struct Restore {
-    bool on;
-    ~Restore() { matmul_set_amx(on); }
-  } restore{amx_was_on};
+  // Exact only on the exact matmul path: the AMX prefill path and the 8-bit decode path (on
+  // by default where the CPU has them) round a token's products differently when 32 or more
+  // tokens share its batch (the one takes calls of >= 32 tokens, the other those below).
+  const MatmulPaths exact(/*amx=*/false, /*q8=*/false);
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   struct Case {
