@@ -12,16 +12,24 @@
 #include <sstream>
 #include <thread>
 
+#include "kernels/matmul.h"
 #include "kvcache/registry.h"
 
 namespace qevict::cli {
 
-void add_model_options(CLI::App& app, ModelOptions& o) {
+void add_model_options(CLI::App& app, ModelOptions& o, MatmulMode default_mode) {
   app.add_option(
       "-m,--model", o.model_path,
       "GGUF model file (default: $QEVICT_MODEL, else the model fetched by tools/fetch_model.sh)");
   app.add_option("-t,--threads", o.threads, "threads to use (default: all cores)")
       ->check(CLI::NonNegativeNumber);
+  o.matmul = default_mode == MatmulMode::kQ8 ? "q8" : "f32";
+  app.add_option("--matmul", o.matmul,
+                 "decode-sized matmuls (< 32 tokens a call): q8 rounds activations to 8 bits per "
+                 "32-block with integer dot products, as llama.cpp (faster; needs AVX-512 VNNI, "
+                 "else f32), f32 multiplies exactly; QEVICT_Q8=0 forces f32")
+      ->check(CLI::IsMember({"q8", "f32"}))
+      ->capture_default_str();
 }
 
 static std::string default_cache_dir() {
@@ -50,6 +58,7 @@ int resolve_threads(int flag_value) {
 }
 
 Expected<Loaded> load_model(const ModelOptions& o) {
+  if (o.matmul == "f32") matmul_set_q8(false);
   auto path = resolve_model_path(o.model_path);
   if (!path) return path.status();
   auto m = Model::load(*path);

@@ -16,12 +16,21 @@
 
 namespace qevict::cli {
 
+// How decode-sized matmuls (calls of fewer than 32 tokens) multiply quantized weights
+// (kernels/matmul.h): q8 rounds the activations to 8 bits per 32-block and uses integer dot
+// products, as llama.cpp does (fast; on CPUs with AVX-512 VNNI); f32 multiplies exactly.
+enum class MatmulMode { kQ8, kF32 };
+
 struct ModelOptions {
   std::string model_path;  // -m
   int threads = 0;         // -t (0: all cores)
+  std::string matmul;      // --matmul q8|f32
 };
 
-void add_model_options(CLI::App& app, ModelOptions& o);
+// -m, -t and --matmul. Serving commands default to q8; measuring commands (perplexity, eval,
+// diagnose) to f32, so that what they compare (KV caches) is not blurred by activation
+// rounding (mean KL 3.5e-3 on SmolLM2, BENCHMARKS §2).
+void add_model_options(CLI::App& app, ModelOptions& o, MatmulMode default_mode = MatmulMode::kQ8);
 
 // -m PATH, else $QEVICT_MODEL, else the default model fetched by tools/fetch_model.sh.
 Expected<std::string> resolve_model_path(const std::string& flag_value);

@@ -11,6 +11,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/sampling.h"
+#include "kernels/matmul.h"
 
 namespace qevict::cli {
 
@@ -117,6 +118,8 @@ int run_bench(const BenchArgs& a) {
                        {"depth", P},
                        {"n_decode", a.n_decode},
                        {"threads", threads},
+                       {"matmul", matmul_q8_enabled() ? "q8" : "f32"},
+                       {"amx_prefill", matmul_amx_enabled()},
                        {"prefill_tok_s", mpp},
                        {"decode_tok_s", mtg},
                        {"prefill_runs", pp},

@@ -112,7 +112,7 @@ int run_diagnose_cmd(DiagnoseArgs a) {
 
 Runner add_diagnose(CLI::App& app) {
   auto a = std::make_shared<DiagnoseArgs>();
-  add_model_options(app, a->model);
+  add_model_options(app, a->model, MatmulMode::kF32);
   app.add_option("-f,--file", a->file, "text whose first --prefill tokens are the prompt")
       ->required();
   app.add_option("--prefill", a->opts.prefill, "prompt tokens")->capture_default_str();

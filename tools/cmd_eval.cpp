@@ -218,7 +218,7 @@ int run_eval_cmd(EvalArgs a) {
 
 Runner add_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
-  add_model_options(app, a->model);
+  add_model_options(app, a->model, MatmulMode::kF32);
   app.add_option("--profile", a->profile,
                  "quick: niah_single_1 + vt, 1 sample each at 4K, full and qevict:route=end at 0.2 "
                  "sharing one prefill (CI); full: "

@@ -146,7 +146,7 @@ int run_perplexity(const PerplexityArgs& a) {
 
 Runner add_perplexity(CLI::App& app) {
   auto a = std::make_shared<PerplexityArgs>();
-  add_model_options(app, a->model);
+  add_model_options(app, a->model, MatmulMode::kF32);
   app.add_option("-f,--file", a->file, "text file to evaluate")
       ->required()
       ->check(CLI::ExistingFile);

@@ -110,6 +110,7 @@ TEST_F(CliBadInput, FlagValues) {
   expect_one_error(m + "--kv-budget abc", "--kv-budget");
   expect_one_error(m + "--kv-policy nope", "--kv-policy");
   expect_one_error(m + "--kv-dtype f32", "--kv-dtype");
+  expect_one_error(m + "--matmul int4", "--matmul");
   expect_one_error(m + "--kv-policy qevict --kv-bits 3", "--kv-bits must be 2 or 4");
   expect_one_error(m + "-t -2", "--threads");
   expect_one_error(m + "-c 0", "--ctx-size");
