@@ -14,6 +14,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/generator.h"
+#include "kernels/matmul.h"
 #include "kvcache/factory.h"
 #include "kvcache/registry.h"
 #include "model/model.h"
@@ -205,6 +206,18 @@ PYBIND11_MODULE(_qevict, m) {
     for (const auto& r : qevict::policy_registry()) names.push_back(r.name);
     return names;
   });
+  // Process-wide, as in the CLI's --matmul: "q8" (8-bit activations in decode-sized
+  // matmuls, llama.cpp's precision; the default where the CPU has AVX-512 VNNI) or "f32"
+  // (exact products).
+  m.def(
+      "set_matmul",
+      [](const std::string& mode) {
+        if (mode != "q8" && mode != "f32")
+          qevict::raise("matmul must be 'q8' or 'f32', got '" + mode + "'");
+        qevict::matmul_set_q8(mode == "q8");
+      },
+      py::arg("mode"));
+  m.def("matmul", [] { return std::string(qevict::matmul_q8_enabled() ? "q8" : "f32"); });
   py::class_<PyModel>(m, "Model")
       .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("threads") = 2)
       .def("info", &PyModel::info)

@@ -5,8 +5,9 @@
     r = m.generate("Once upon a time", max_tokens=32, kv_policy="qevict", kv_budget=0.2)
     r["text"], r["cache"]["bytes_held"], r["cache"]["tier_map"]   # NumPy uint8 [units, positions]
     logits, cache = m.logits(m.tokenize("some text"), kv_policy="h2o", kv_budget=0.5)
+    qevict.set_matmul("f32")   # exact decode matmuls (default "q8": llama.cpp's 8-bit activations)
 """
-from ._qevict import Model, policies  # noqa: F401
+from ._qevict import Model, matmul, policies, set_matmul  # noqa: F401
 
 # Tier values of the tier map (kvcache/tier.h).
 TIER_LOCAL, TIER_FULL, TIER_QUANT, TIER_EVICTED = 0, 1, 2, 3

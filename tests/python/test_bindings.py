@@ -10,10 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-# The exact matmul path (read when the module loads): test_logits_... compares chunkings at
-# f32 rounding, which the 8-bit decode path (calls under 32 tokens) does not keep.
-os.environ["QEVICT_Q8"] = "0"
-import qevict  # noqa: E402
+import qevict
 
 MODEL = os.environ.get("QEVICT_TEST_MODEL", "")
 CLI = os.environ.get("QEVICT_CLI", "")
@@ -23,13 +20,25 @@ PROMPT = "The history of the printing press begins"
 
 @pytest.fixture(scope="module")
 def model():
+    # The exact matmul path: test_logits_... compares chunkings at f32 rounding, which the
+    # 8-bit decode path (calls under 32 tokens) does not keep. The CLI run beside it uses the
+    # same path (generate --matmul f32).
+    qevict.set_matmul("f32")
     return qevict.Model(MODEL, threads=2)
+
+
+def test_matmul_switch():
+    with pytest.raises(ValueError):
+        qevict.set_matmul("int4")
+    qevict.set_matmul("f32")
+    assert qevict.matmul() == "f32"
 
 
 def test_generate_reproduces_the_cli(model):
     r = model.generate(PROMPT, max_tokens=24, temperature=0.0)
     cli = subprocess.run([CLI, "generate", "-m", MODEL, "-t", "2", "-p", PROMPT, "-n", "24",
-                          "--temp", "0"], capture_output=True, text=True, check=True).stdout
+                          "--temp", "0", "--matmul", "f32"], capture_output=True, text=True,
+                         check=True).stdout
     assert cli in (PROMPT + r["text"], PROMPT + r["text"] + "\n")
     assert r["prompt_tokens"] == len(model.tokenize(PROMPT))
 
