@@ -72,6 +72,15 @@ TEST(EvalQuick, RunsScoresAndResumes) {
   EXPECT_NE(slurp(err).find("2 of 2 cells already done, 0 to run"), std::string::npos)
       << slurp(err);
   EXPECT_EQ(lines_of(out + "/results.jsonl"), lines);
+
+  // A fresh clone has only the gzipped copy (the plain file is not committed): the run
+  // restores results.jsonl from it and resumes.
+  ASSERT_TRUE(std::filesystem::exists(out + "/results.jsonl.gz"));
+  std::filesystem::remove(out + "/results.jsonl");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("2 of 2 cells already done, 0 to run"), std::string::npos)
+      << slurp(err);
+  EXPECT_EQ(lines_of(out + "/results.jsonl"), lines);
   std::filesystem::remove_all(dir);
   std::filesystem::remove(err);
 }

@@ -41,8 +41,14 @@ def read_summary(path):
 
 
 def read_results(path):
+    # results.jsonl, or the gzipped copy a fresh clone has (`qevict eval` keeps both).
     out = []
-    with open(path) as f:
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        import gzip
+        opener = lambda: gzip.open(path + ".gz", "rt")  # noqa: E731
+    else:
+        opener = lambda: open(path)  # noqa: E731
+    with opener() as f:
         for line in f:
             line = line.strip()
             if not line:
