@@ -89,14 +89,8 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   const std::string md_path = a.out_dir + "/diagnostics.md";
   if (Status s = write_file_atomic(json_path, j.dump() + "\n"); !s) return fail(s.message());
   const std::string npy_path = a.out_dir + "/fullkv_attention.npy";
-  {
-    NpyWriter w;
-    const int64_t cols = a.opts.prefill + a.opts.gen;
-    Status s = w.open(npy_path, cols);
-    if (s) s = w.append_rows(attention.data(), a.opts.gen);
-    if (s) s = w.close();
-    if (!s) return fail(s.message());
-  }
+  if (Status s = write_npy(npy_path, attention.data(), a.opts.gen, a.opts.prefill + a.opts.gen); !s)
+    return fail(s.message());
   const std::string md = eval::diagnose_markdown(j);
   if (Status s = write_file_atomic(md_path, md); !s) return fail(s.message());
   std::printf("%s\n", md.c_str());

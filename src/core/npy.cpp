@@ -56,6 +56,13 @@ Status NpyWriter::close() {
   return file_.commit();
 }
 
+Status write_npy(const std::string& path, const float* data, int64_t n_rows, int64_t n_cols) {
+  NpyWriter w;
+  QEVICT_RETURN_IF_ERROR(w.open(path, n_cols));
+  QEVICT_RETURN_IF_ERROR(w.append_rows(data, n_rows));
+  return w.close();
+}
+
 Expected<NpyArray> read_npy(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return Status::error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));

@@ -42,6 +42,10 @@ struct NpyArray {
   std::vector<float> data;  // [rows][cols]
 };
 
+// Writes data [n_rows][n_cols] as one float32 array in one go (NpyWriter: the file appears
+// only when complete).
+Status write_npy(const std::string& path, const float* data, int64_t n_rows, int64_t n_cols);
+
 // Reads a float32 (little-endian '<f4') C-order 1-D or 2-D .npy file.
 Expected<NpyArray> read_npy(const std::string& path);
 

@@ -82,11 +82,9 @@ Expected<std::shared_ptr<const KvQuantCalibration>> kvquant_calibration(
   }
   for (int l = 0; l < s.n_layers && !dump_dir.empty(); ++l)
     for (auto [what, x] : {std::pair{"k", &rec.keys(l)}, std::pair{"v", &rec.values(l)}}) {
-      NpyWriter w;
       QEVICT_RETURN_IF_ERROR(
-          w.open(fmt::format("{}/kvquant_calib_L{}_{}.npy", dump_dir, l, what), s.kv_width()));
-      QEVICT_RETURN_IF_ERROR(w.append_rows(x->data(), n));
-      QEVICT_RETURN_IF_ERROR(w.close());
+          write_npy(fmt::format("{}/kvquant_calib_L{}_{}.npy", dump_dir, l, what), x->data(), n,
+                    s.kv_width()));
     }
   auto cal = std::make_shared<KvQuantCalibration>();
   for (int l = 0; l < s.n_layers; ++l)

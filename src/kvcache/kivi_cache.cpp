@@ -184,10 +184,8 @@ Status KiviKvCache::end_prompt() {
         else
           f[i] = float(x[i]);
       }
-      NpyWriter w;
-      QEVICT_RETURN_IF_ERROR(w.open(fmt::format("{}/kivi_L{}_{}.npy", dump_dir_, l, what), cols));
-      QEVICT_RETURN_IF_ERROR(w.append_rows(f.data(), int64_t(f.size()) / cols));
-      return w.close();
+      return write_npy(fmt::format("{}/kivi_L{}_{}.npy", dump_dir_, l, what), f.data(),
+                       int64_t(f.size()) / cols, cols);
     };
     QEVICT_RETURN_IF_ERROR(write("k_in", in.k_res, kvw));
     QEVICT_RETURN_IF_ERROR(write("v_in", in.v_res, kvw));

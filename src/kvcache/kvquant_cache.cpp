@@ -145,10 +145,8 @@ Status KvQuantCache::end_prompt() {
 Status KvQuantCache::dump_prompt(const std::string& dir) const {
   const int kvw = shape_.kv_width();
   auto write = [&](int l, const char* what, const std::vector<float>& x, int64_t cols) {
-    NpyWriter w;
-    QEVICT_RETURN_IF_ERROR(w.open(fmt::format("{}/kvquant_L{}_{}.npy", dir, l, what), cols));
-    QEVICT_RETURN_IF_ERROR(w.append_rows(x.data(), int64_t(x.size()) / cols));
-    return w.close();
+    return write_npy(fmt::format("{}/kvquant_L{}_{}.npy", dir, l, what), x.data(),
+                     int64_t(x.size()) / cols, cols);
   };
   for (int l = 0; l < shape_.n_layers; ++l) {
     const Layer& L = layers_[size_t(l)];

@@ -244,10 +244,8 @@ Status ZipKvCache::dump_prompt(const std::vector<std::vector<float>>& k_in,
   const int hkv = shape_.n_kv_heads, kvw = shape_.kv_width(), qw = shape_.q_width();
   auto write = [&](int l, const std::string& what, const std::vector<float>& x,
                    int64_t cols) -> Status {
-    NpyWriter w;
-    QEVICT_RETURN_IF_ERROR(w.open(fmt::format("{}/zip_L{}_{}.npy", dump_dir_, l, what), cols));
-    QEVICT_RETURN_IF_ERROR(w.append_rows(x.data(), cols ? int64_t(x.size()) / cols : 0));
-    return w.close();
+    return write_npy(fmt::format("{}/zip_L{}_{}.npy", dump_dir_, l, what), x.data(),
+                     cols ? int64_t(x.size()) / cols : 0, cols);
   };
   for (int l = 0; l < shape_.n_layers; ++l) {
     const Layer& L = layers_[size_t(l)];
