@@ -44,6 +44,10 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
 bool matmul_amx_enabled();
 void matmul_set_amx(bool on);
 
+// The most tokens a call may have for every token's result to be what a call of that token
+// alone gives, whichever paths are on (the AMX path starts at one more).
+constexpr int64_t kMatmulPerTokenMaxTokens = 31;
+
 // The 8-bit-activation path (kernels/simd/matmul_q8.h: calls of fewer than 32 tokens with
 // Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights, on CPUs with AVX-512 VNNI; X quantized per 32-block to d q with
 // d = amax / 127, as llama.cpp does, so |error| <= sum_k |W[r,k]| d_k / 2 + f32 summation): on by

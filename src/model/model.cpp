@@ -279,12 +279,37 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
       t0 += s.n_tokens;
     }
   }
+  // One-row segments (decode) share their calls to the output matrix, the largest: it is
+  // read once per kHeadRows rows instead of once per sequence (a batch of 56 decoding
+  // sequences read Qwen 0.5B's 145 MB head 56 times a step). Calls stay within the per-token
+  // paths, so a row's logits are the same whatever decodes beside it. Longer segments
+  // (all_logits prefill) keep their own call.
+  constexpr int64_t kHeadRows = 16;
+  static_assert(kHeadRows <= kMatmulPerTokenMaxTokens);
+  std::vector<std::pair<int64_t, float*>> rows;  // (row of xn_, where its logits go)
   int64_t o = 0;
   for (auto& s : segments) {
     const int64_t n = s.all_logits ? s.n_tokens : 1;
-    if (s.logits)
+    if (s.logits && n == 1)
+      rows.emplace_back(o, s.logits);
+    else if (s.logits)
       parallel_matmul(pool, {{&output_, xn_.data() + o * E, E, s.logits, c.n_vocab}}, n);
     o += n;
+  }
+  if (rows.size() == 1) {
+    parallel_matmul(pool,
+                    {{&output_, xn_.data() + rows[0].first * E, E, rows[0].second, c.n_vocab}}, 1);
+  } else if (!rows.empty()) {
+    for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(kHeadRows)) {
+      const int64_t m = std::min<int64_t>(kHeadRows, int64_t(rows.size() - r0));
+      head_x_.resize(size_t(m * E));
+      head_y_.resize(size_t(m) * size_t(c.n_vocab));
+      for (int64_t i = 0; i < m; ++i)
+        std::copy_n(xn_.data() + rows[r0 + size_t(i)].first * E, E, head_x_.data() + i * E);
+      parallel_matmul(pool, {{&output_, head_x_.data(), E, head_y_.data(), c.n_vocab}}, m);
+      for (int64_t i = 0; i < m; ++i)
+        std::copy_n(head_y_.data() + i * c.n_vocab, c.n_vocab, rows[r0 + size_t(i)].second);
+    }
   }
   // Every segment commits (and routes when due) even if an earlier one failed, so that no
   // cache is left mid-call; the first error is returned.

@@ -83,6 +83,8 @@ class Model {
   std::vector<float> gu_;         // [N][2*n_ff] gate | up
   std::vector<float> h_;          // [N][n_ff]
   std::vector<float> rope_cs_;    // [N][n_rot] cos | sin per token
+  std::vector<float> head_x_;     // [<=16][n_embd] one-row segments' normalized rows
+  std::vector<float> head_y_;     // [<=16][n_vocab] their logits
 };
 
 }  // namespace qevict

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -207,6 +208,46 @@ TEST_P(ModelGolden, BatchedTwoSequencesEqualSeparateRuns) {
   auto b = run({p2});
   EXPECT_EQ(both[0], a[0]);
   EXPECT_EQ(both[1], b[0]);
+}
+
+// Twenty sequences decoding one token each in one forward call (the output matrix is then
+// shared by calls of up to 16 rows: 16 + 4 here) give bit for bit the logits each gives
+// alone, with whatever matmul paths are on: 20 tokens stay within the per-token paths.
+TEST_P(ModelGolden, BatchedDecodeLogitsEqualEachAloneBitForBit) {
+  std::vector<int32_t> tokens = golden_["tokens"].get<std::vector<int32_t>>();
+  constexpr int kSeqs = 20;
+  ASSERT_GE(tokens.size(), size_t(kSeqs + 8));
+  const int64_t V = model_->config().n_vocab;
+  // Sequence i: a prompt of the first 3 + i golden tokens, then decodes token 3 + i.
+  auto prefill = [&](int i, FullKvCache* c) {
+    std::vector<float> logits(static_cast<size_t>(V));
+    std::vector<BatchSegment> segs(1);
+    segs[0] = {c, tokens.data(), 3 + i, false, logits.data()};
+    ASSERT_TRUE(model_->forward(segs, pool_).is_ok());
+  };
+  std::vector<std::unique_ptr<FullKvCache>> caches;
+  std::vector<BatchSegment> segs;
+  std::vector<float> batched(size_t(kSeqs) * size_t(V), -1.0f);
+  for (int i = 0; i < kSeqs; ++i) {
+    caches.push_back(std::make_unique<FullKvCache>(model_->kv_shape(), 64));
+    prefill(i, caches.back().get());
+    segs.push_back({caches.back().get(), tokens.data() + 3 + i, 1, false,
+                    batched.data() + size_t(i) * size_t(V)});
+  }
+  ASSERT_TRUE(model_->forward(segs, pool_).is_ok());
+  for (int i = 0; i < kSeqs; ++i) {
+    FullKvCache c(model_->kv_shape(), 64);
+    prefill(i, &c);
+    std::vector<float> alone(static_cast<size_t>(V), -2.0f);
+    std::vector<BatchSegment> one(1);
+    one[0] = {&c, tokens.data() + 3 + i, 1, false, alone.data()};
+    ASSERT_TRUE(model_->forward(one, pool_).is_ok());
+    int differ = 0;
+    for (int64_t r = 0; r < V; ++r)
+      differ += std::memcmp(&alone[size_t(r)], &batched[size_t(i) * size_t(V) + size_t(r)], 4) != 0;
+    EXPECT_EQ(differ, 0) << "sequence " << i << ": " << differ << " of " << V
+                         << " logits differ from its run alone";
+  }
 }
 
 TEST(ModelLoad, UnsupportedOrMissingFilesGiveClearErrors) {

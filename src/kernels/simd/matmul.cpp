@@ -61,6 +61,9 @@ bool matmul_supported(GgmlType t) {
   }
 }
 
+static_assert(kMatmulPerTokenMaxTokens + 1 == static_cast<int64_t>(amx::kMinTokens),
+              "the per-token bound of matmul.h must end where the AMX path starts");
+
 bool matmul_amx_enabled() { return amx::enabled(); }
 void matmul_set_amx(bool on) { amx::set_enabled(on); }
 
