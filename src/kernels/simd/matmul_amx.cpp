@@ -360,12 +360,15 @@ void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, siz
   const size_t n_panels = (n_rows + kPanelRows - 1) / kPanelRows;
   thread_local std::vector<uint16_t> xhi, xlo, wb;
   thread_local std::vector<float> rows;
+  const size_t n_kb = kp / kTileK;
+  const size_t panel_u16 = n_kb * kPanelStep;
   xhi.resize(n_tpad * kp);
   xlo.resize(n_tpad * kp);
-  wb.resize(n_panels * (kp / kTileK) * kPanelStep);
+  wb.resize(2 * panel_u16);  // the two panels of one step, packed just before their use
   rows.resize(kPanelRows * kp);
   convert_x(x, ldx, n_tokens, n_tpad, n_cols, kp, xhi.data(), xlo.data());
-  for (size_t p = 0; p < n_panels; ++p) {
+  // Decodes panel p into bf16 tiles at wb + slot * panel_u16.
+  const auto pack = [&](size_t p, size_t slot) {
     const size_t r0 = p * kPanelRows, n = std::min(kPanelRows, n_rows - r0);
     decode(ctx, r0, n, rows.data(), kp);
     for (size_t r = 0; r < kPanelRows; ++r) {  // zero the padding columns and rows
@@ -376,18 +379,21 @@ void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, siz
         std::fill(row, row + kp, 0.0f);
       }
     }
-    pack_panel(rows.data(), kp, wb.data() + p * (kp / kTileK) * kPanelStep);
-  }
-  // Loop order: a block of k steps of two panels (kKBlockBytes of B, from L2) meets every
-  // token tile in turn; the C tiles carry the partial sums through Y between blocks. An odd
-  // last panel goes alone (panel_step).
-  const size_t n_kb = kp / kTileK;
-  const size_t panel_u16 = n_kb * kPanelStep;
+    pack_panel(rows.data(), kp, wb.data() + slot * panel_u16);
+  };
+  // Loop order: two panels are packed, then a block of their k steps (kKBlockBytes of B,
+  // from L2) meets every token tile in turn; the C tiles carry the partial sums through Y
+  // between blocks. An odd last panel goes alone (panel_step). Packing per step keeps the
+  // scratch at two panels whatever the matrix (packing it whole took ~9 MB for Qwen 0.5B's
+  // FFN matrices, allocated and zeroed again by every call of a batched decode). Decoding and
+  // packing leave the tiles alone.
   configure_tiles();
   for (size_t p = 0; p < n_panels; p += 2) {
     const bool pair = p + 1 < n_panels;
+    pack(p, 0);
+    if (pair) pack(p + 1, 1);
     const size_t kb_block = std::max<size_t>(1, kKBlockBytes / (kPanelStep * 2 * (pair ? 2 : 1)));
-    const uint16_t* wp = wb.data() + p * panel_u16;
+    const uint16_t* wp = wb.data();
     for (size_t kb0 = 0; kb0 < n_kb; kb0 += kb_block) {
       const size_t kb1 = std::min(n_kb, kb0 + kb_block);
       for (size_t t0 = 0; t0 < n_tpad; t0 += kTileTokens) {
@@ -402,9 +408,10 @@ void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, siz
     }
   }
   release_tiles();
-  // Scratch of this size stays for the next call (SmolLM2's calls at 512 tokens need ~2 MiB);
-  // larger (Qwen 0.5B's 4,864-column matrices: ~19 MiB) is given back, so that a thread does
-  // not hold it after the prompt (a fresh allocation costs ~5 % of such a call).
+  // Scratch of this size stays for the next call (a batched decode of 64 rows on Qwen 0.5B's
+  // 4,864-column matrices needs ~3.1 MiB, SmolLM2's 512-token prompt calls ~3.7 MiB); larger
+  // (Qwen 0.5B's 512-token prompt calls: ~12 MiB) is given back, so that a thread does not
+  // hold it after the prompt (a fresh allocation costs ~5 % of such a call).
   const size_t held =
       (xhi.capacity() + xlo.capacity() + wb.capacity()) * 2 + rows.capacity() * sizeof(float);
   if (held > kKeepScratchBytes) {
