@@ -127,6 +127,19 @@ void KiviKvCache::dequantize_layer(const Layer& L, int64_t n) {
 
 void KiviKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
                          ThreadPool& pool) {
+  store_new(layer, k, v);
+  scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
+  apply_rule_after_call(layer);
+}
+
+void KiviKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
+                                const PromptExtras& x) {
+  (void)q, (void)x;
+  store_new(layer, k, v);
+  apply_rule_after_call(layer);
+}
+
+void KiviKvCache::store_new(int layer, const float* k, const float* v) {
   Layer& L = layers_[size_t(layer)];
   const int kvw = shape_.kv_width();
   const int64_t n = n_past_ + n_new_;
@@ -140,16 +153,19 @@ void KiviKvCache::attend(int layer, const float* q, const float* k, const float*
     res->resize(off + size_t(n_new_) * kvw);
     f32_to_half(dtype_, src, res->data() + off, n_new_ * kvw);
   }
-  // Attention over the quantized tokens (dequantized) and the residual, new tokens included.
+  // The quantized tokens (dequantized) and the residual, new tokens included, for attention
+  // (also when replayed, so that the scratch and the bytes held are attend()'s).
   dequantize_layer(L, n);
-  scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
-  // Then the rule, as the reference quantizes after attention (llama_kivi.py:L131, L174); a
+}
+
+void KiviKvCache::apply_rule_after_call(int layer) {
+  // The rule after attention, as the reference quantizes (llama_kivi.py:L131, L174); a
   // deferred prompt (--prefill-route end) waits for end_prompt().
   if (defer_prefill_ && n_new_ > 1) {
     prompt_pending_ = true;
     return;
   }
-  apply_rule(L, n);
+  apply_rule(layers_[size_t(layer)], n_past_ + n_new_);
 }
 
 Status KiviKvCache::commit() {

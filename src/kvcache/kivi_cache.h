@@ -47,6 +47,13 @@ class KiviKvCache final : public SequenceKvCache {
   Status commit() override;
   Status end_prompt() override;
   bool prefill_keeps_everything() const override { return defer_prefill_; }
+  // A deferred prompt (--prefill-route end) is only stored until end_prompt(): a shared
+  // prefill hands it over without attention (append_prompt: the same state as attend()).
+  PromptReplay prompt_replay() const override {
+    return defer_prefill_ ? PromptReplay::kStore : PromptReplay::kAttend;
+  }
+  void append_prompt(int layer, const float* q, const float* k, const float* v,
+                     const PromptExtras& x) override;
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;
@@ -80,6 +87,9 @@ class KiviKvCache final : public SequenceKvCache {
   // (R at a time) and residual values beyond the newest R.
   void apply_rule(Layer& L, int64_t n);
   void dequantize_layer(const Layer& L, int64_t n);  // into scr_
+  // attend()'s steps before and after its attention (append_prompt() runs both).
+  void store_new(int layer, const float* k, const float* v);
+  void apply_rule_after_call(int layer);
   // Grows v to hold `size` elements in steps of kGrowTokens tokens (bounded slack: at most
   // kGrowTokens tokens' codes beyond what is stored).
   template <class T>

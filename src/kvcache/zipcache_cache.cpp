@@ -150,10 +150,21 @@ void ZipKvCache::requantize(Layer& L, int64_t n, const std::vector<float>& sal) 
 
 void ZipKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
                         ThreadPool& pool) {
+  store_new(layer, k, v);
+  scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
+  after_call(layer, q);
+}
+
+void ZipKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
+                               const PromptExtras& x) {
+  (void)x;
+  store_new(layer, k, v);
+  after_call(layer, q);
+}
+
+void ZipKvCache::store_new(int layer, const float* k, const float* v) {
   Layer& L = layers_[size_t(layer)];
-  const int hkv = shape_.n_kv_heads, kvw = shape_.kv_width();
-  const int qw = shape_.q_width();
-  const int64_t n = n_past_ + n_new_;
+  const int kvw = shape_.kv_width();
   for (auto [buf, src] : {std::pair{&L.k_buf, k}, std::pair{&L.v_buf, v}}) {
     const size_t off = buf->size();
     const size_t need = off + size_t(n_new_) * kvw;
@@ -162,9 +173,13 @@ void ZipKvCache::attend(int layer, const float* q, const float* k, const float* 
     buf->resize(need);
     f32_to_half(dtype_, src, buf->data() + off, n_new_ * kvw);
   }
-  dequantize_layer(L, n);
-  scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
+  dequantize_layer(L, n_past_ + n_new_);  // attention's keys, which the probes read too
+}
 
+void ZipKvCache::after_call(int layer, const float* q) {
+  Layer& L = layers_[size_t(layer)];
+  const int hkv = shape_.n_kv_heads, qw = shape_.q_width();
+  const int64_t n = n_past_ + n_new_;
   if (n_new_ > 1) {  // a prompt call: keep the queries that can still be probes
     if (!dump_dir_.empty() && !dumped_) {
       dump_q_.resize(size_t(shape_.n_layers));

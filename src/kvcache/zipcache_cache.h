@@ -46,6 +46,13 @@ class ZipKvCache final : public SequenceKvCache {
   Status commit() override;
   Status end_prompt() override;
   bool prefill_keeps_everything() const override { return !route_chunk_; }
+  // A prompt held to its end is only buffered and probed until end_prompt(): a shared
+  // prefill hands it over without attention (append_prompt: the same state as attend()).
+  PromptReplay prompt_replay() const override {
+    return route_chunk_ ? PromptReplay::kAttend : PromptReplay::kStore;
+  }
+  void append_prompt(int layer, const float* q, const float* k, const float* v,
+                     const PromptExtras& x) override;
   void clear() override;
   size_t bytes_held() const override;
   std::string describe() const override;
@@ -82,6 +89,9 @@ class ZipKvCache final : public SequenceKvCache {
     std::vector<float> saliency;
   };
   void dequantize_layer(const Layer& L, int64_t n);  // into scr_
+  // attend()'s steps before and after its attention (append_prompt() runs both).
+  void store_new(int layer, const float* k, const float* v);
+  void after_call(int layer, const float* q);
   // Adds the causal softmax (f32) of the query row q (f32 [q_width]) at position pos, summed
   // over each KV head's query heads, to sal[(t − t0) · n_kv_heads + h] for t in [t0, pos];
   // reads the keys of the scratch, which holds n tokens.

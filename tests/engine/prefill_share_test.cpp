@@ -1,9 +1,9 @@
 // Shared prefill (engine/prefill_share.h): a prompt recorded through one cache and replayed
 // into another leaves that cache as feeding it the same calls would — FullKV, qevict, H2O and
-// StreamingLLM with --prefill-route end (qevict and H2O from the recording's shared masses)
-// and the SnapKV family (tokens only) — with the routing event at end_prompt() and the decode
-// steps after it bit-identical; caches that compress during prefill, non-empty targets and
-// open calls are refused.
+// StreamingLLM with --prefill-route end (qevict and H2O from the recording's shared masses),
+// the SnapKV family, KIVI and ZipCache (tokens only) — with the routing event at end_prompt() and
+// the decode steps after it bit-identical; caches that compress during prefill, non-empty targets
+// and open calls are refused.
 #include "engine/prefill_share.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include "common/random_wo.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
+#include "kvcache/registry.h"
 
 namespace qevict {
 namespace {
@@ -36,6 +37,10 @@ std::unique_ptr<SequenceKvCache> make(int64_t n_ctx, const std::string& policy, 
   p.prefill_window = prefill_window;
   p.budget_fraction = budget;
   p.prefill_route = route;
+  KvParamsGiven given;  // the policy's own defaults for the rest (KIVI's group, H2O's Ω...)
+  given.prefill_route = true;
+  EXPECT_TRUE(apply_policy_defaults(&p, given).is_ok()) << policy;
+  if (policy == "kivi") p.value_group = 16;  // KIVI's 32 is more than this head_dim
   auto c = make_kv_cache(shape(), n_ctx, p);
   EXPECT_TRUE(c.has_value()) << c.error();
   return c.has_value() ? std::move(*c) : nullptr;
@@ -134,7 +139,10 @@ INSTANTIATE_TEST_SUITE_P(Policies, PrefillShare,
                                            Case{"streaming", 0.3}, Case{"snapkv", 0.5},
                                            Case{"adakv", 0.5},
                                            // a window spanning the last two calls (77 + 1)
-                                           Case{"qevict", 0.2, 32}),
+                                           Case{"qevict", 0.2, 32},
+                                           // quantizers holding the prompt to its end (stored
+                                           // without attention; ZipCache's probes still read it)
+                                           Case{"kivi", 0.0}, Case{"zipcache", 0.0}),
                          [](const auto& info) {
                            return info.param.policy +
                                   (info.param.prefill_window > 0
