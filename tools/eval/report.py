@@ -9,10 +9,12 @@ Prints markdown, per length:
     doc_sum (ROUGE-L agreement with FullKV);
   - bytes each variant's cache held at the end of a sample (median over samples, MiB, from
     results.jsonl) against FullKV's;
-  - the sweep's machine time: the sum over samples of one batch's prefill + decode seconds.
+  - the sweep's machine time: the sum over samples of one batch's prefill + decode seconds;
+  - with --per-task, one table per task: each variant's mean score at every budget and the
+    number of samples (FullKV and the quantizers in the first column).
 Cells with fewer samples than the others of their length are marked with their n.
 
-Usage: python3 tools/eval/report.py DIR [--budgets 0.5,0.2,0.1,0.05]
+Usage: python3 tools/eval/report.py DIR [--budgets 0.5,0.2,0.1,0.05] [--per-task]
 """
 import argparse
 import csv
@@ -70,6 +72,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
     ap.add_argument("--budgets", default="0.5,0.2,0.1,0.05")
+    ap.add_argument("--per-task", action="store_true", help="also one table per task")
     a = ap.parse_args()
     budgets = [float(b) for b in a.budgets.split(",")]
     summary = read_summary(os.path.join(a.dir, "summary.csv"))
@@ -144,6 +147,26 @@ def main():
                 h = at(held, (length, v), b)
                 cols.append(f"{statistics.median(h):.2f}" if h else "–")
             print(f"| {v} | " + " | ".join(cols) + " |")
+        if a.per_task:
+            tasks = sorted({k[1] for k in scores if k[0] == length})
+            for t in tasks:
+                n_full = len(scores.get((length, t, "full", 0.0), []))
+                print(f"\n### {length:,} tokens, {t}: score (%) at "
+                      + " / ".join(f"{b:g}" for b in budgets) + f" (FullKV: {n_full} samples)\n")
+                print("| variant | scores | n |")
+                print("|---|---|---|")
+                for v in variants:
+                    cols, ns = [], set()
+                    for b in budgets:
+                        x = at(scores, (length, t, v), b)
+                        if x is None:
+                            continue
+                        cols.append(f"{statistics.mean(x):.0f}")
+                        ns.add(len(x))
+                    if cols:
+                        print(f"| {v} | " + " / ".join(cols) + " | "
+                              + ",".join(str(n) for n in sorted(ns)) + " |")
+
         secs = sum(t for k, t in batches.items() if k[0] == length)
         n_samples = len({(k[1], k[2]) for k in batches if k[0] == length})
         print(f"\nMachine time at {length:,}: {secs / 3600:.2f} h over {n_samples} samples "
