@@ -24,7 +24,8 @@ void half_to_f32(HalfType t, const uint16_t* src, float* dst, int64_t n);
 
 // GQA score block: for each of g query heads (q rows at q + h*ldq, d floats each) and each
 // of n keys (key j at k + j*ldk, d halfs): scores[h*lds + j] = scale * dot(q_h, k_j).
-// Each key row is read once for all g heads.
+// Each key row is read once for all g heads. Bit for bit what qk_scores_f32 gives on the
+// rows converted by half_to_f32 (the same kernel after an exact conversion).
 void qk_scores(HalfType t, const float* q, int64_t ldq, int g, const uint16_t* k, int64_t ldk,
                int64_t n, int d, float scale, float* scores, int64_t lds);
 

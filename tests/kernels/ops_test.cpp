@@ -1,5 +1,6 @@
 // Fast kernels/ops.h against the scalar references in kernels/ref, on awkward sizes
 // (0..2x lanes, odd), misaligned pointers and both half formats; sentinels catch overruns.
+#include "core/f16.h"
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
@@ -136,6 +137,15 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
     }
     EXPECT_EQ(got[0], kSentinel);
     EXPECT_EQ(got[g * lds + 1], kSentinel);
+    // The same scores, bit for bit, from the rows converted to f32 first (what a prefill run
+    // does once for all its queries).
+    std::vector<float> kf(size_t(n) * d + 1), conv(g * lds + 2, kSentinel);
+    for (int64_t j = 0; j < n; ++j) half_to_f32(t, k.data() + 1 + j * ldk, kf.data() + j * d, d);
+    qk_scores_f32(q.data() + 1, ldq, g, kf.data(), d, n, d, 0.125f, conv.data() + 1, lds);
+    for (int h = 0; h < g; ++h)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(f32_to_bits(conv[1 + h * lds + j]), f32_to_bits(got[1 + h * lds + j]))
+            << "head " << h << " key " << j;
 
     auto p = random_floats(g * lds + 1, 9, 0.0f, 1.0f);
     auto v = random_halfs(t, n * ldk + 1, 10);
@@ -164,7 +174,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttnShapes,
                                            AttnShape{3, 64, 97}, AttnShape{9, 64, 13},
                                            AttnShape{2, 17, 5}, AttnShape{4, 128, 33},
                                            AttnShape{1, 1, 1}, AttnShape{5, 80, 0},
-                                           AttnShape{8, 33, 64}));
+                                           AttnShape{8, 33, 64}, AttnShape{7, 64, 300},
+                                           AttnShape{14, 256, 9}, AttnShape{3, 300, 10},
+                                           AttnShape{2, 8, 7}));
 
 TEST(OpsDispatch, ReportsATarget) { EXPECT_NE(std::string(simd_target_name()), ""); }
 

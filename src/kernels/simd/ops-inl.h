@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "core/f16.h"
 #include "hwy/contrib/math/math-inl.h"
@@ -329,9 +330,35 @@ inline void F32ToHalf(bool f16, const float* s, uint16_t* d, int64_t n) {
 inline void HalfToF32(bool f16, const uint16_t* s, float* d, int64_t n) {
   HalfToF32Impl(f16, s, d, n);
 }
+// 16-bit keys: every 8 rows are converted once into an f32 block (as QkRow converts each row
+// once for all heads) and scored by QkScoresF32Impl, whose folded sums take about half the
+// shuffles of a SumOfLanes per token and head. Its token groups (8, 4 or 2) divide 8, so the
+// scores are bit for bit those of QkScoresF32Impl over the whole converted run. (Converting
+// a prefill run's keys once for its 16 queries instead was slower: 64 KiB of f32 rows read
+// from L2 16 times cost more than 2 KiB converted in L1 each time.)
 inline void QkScores(bool f16, const float* q, int64_t ldq, int g, const uint16_t* k, int64_t ldk,
                      int64_t n, int d, float scale, float* s, int64_t lds) {
-  QkScoresImpl(f16, q, ldq, g, k, ldk, n, d, scale, s, lds);
+  constexpr int kRows = 8, kStackDim = 256;
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const int dv = d / N * N;
+  HWY_ALIGN float stack[kRows * kStackDim];
+  thread_local std::vector<float> heap;
+  float* rows = stack;
+  if (d > kStackDim) {
+    if (heap.size() < size_t(kRows) * d) heap.resize(size_t(kRows) * d);
+    rows = heap.data();
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += kRows) {
+    const int nt = static_cast<int>(n - j0 < kRows ? n - j0 : kRows);
+    for (int t = 0; t < nt; ++t) {
+      const uint16_t* src = k + (j0 + t) * ldk;
+      float* dst = rows + t * d;
+      for (int c = 0; c < dv; c += N) hn::StoreU(LoadRow(df, f16, src + c), df, dst + c);
+      for (int c = dv; c < d; ++c) dst[c] = RowScalar(f16, src[c]);
+    }
+    QkScoresF32Impl(q, ldq, g, rows, d, nt, d, scale, s + j0, lds);
+  }
 }
 inline void PvAccumulate(bool f16, const float* p, int64_t ldp, int g, const uint16_t* v,
                          int64_t ldv, int64_t n, int d, float* o, int64_t ldo) {
