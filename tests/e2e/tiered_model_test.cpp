@@ -176,6 +176,10 @@ TEST_F(TieredModel, APolicyRegisteredByATestRunsTheModel) {
 // bit-identically; the tiered cache's own prefill rounds differently (8-token blocks vs
 // pages), so its greedy tokens are compared, over a routed decode.
 TEST_F(TieredModel, SharedPrefillGeneratesWhatOwnPrefillDoes) {
+  // Exact paths: the own prefill batches three prompts (3 x 44 tokens in the last chunk, past
+  // the 32-token AMX threshold) where the shared one feeds one (44), and the matmul paths
+  // round differently on each side of it (flipped H2O's last greedy token).
+  const MatmulPaths exact(/*amx=*/false, /*q8=*/false);
   const std::vector<int32_t> prompt(tokens_.begin(), tokens_.begin() + 300);
   const int n_predict = 24;
   auto make = [&](const std::string& policy, double budget) {
