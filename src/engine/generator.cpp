@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "engine/prefill_share.h"
 
@@ -94,7 +95,13 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
   recorders.clear();
   // The prompts are in: a cache with --prefill-route end compresses now, once (SPEC §4),
   // before the first token is sampled from the logits of the full-cache prefill.
-  for (auto& r : requests) QEVICT_RETURN_IF_ERROR(r.cache->end_prompt());
+  // The caches are distinct and none uses the pool in end_prompt(): they compress over the
+  // threads (an eval sample's 50-odd caches, each scoring its prompt on one thread).
+  std::vector<Status> ended(requests.size());
+  pool.parallel_for(int64_t(requests.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ended[size_t(i)] = requests[size_t(i)].cache->end_prompt();
+  });
+  for (const Status& x : ended) QEVICT_RETURN_IF_ERROR(x);
   st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
   // Decode: sample from the latest logits, then one forward over all live sequences.

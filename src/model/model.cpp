@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -312,13 +313,20 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
     }
   }
   // Every segment commits (and routes when due) even if an earlier one failed, so that no
-  // cache is left mid-call; the first error is returned.
-  Status first = Status::ok();
-  for (auto& s : segments) {
-    Status st = s.cache->commit();
-    if (!st && first) first = st;
+  // cache is left mid-call; the first error is returned. The caches are distinct and none
+  // uses the pool in commit(), so a batch commits over the threads (a routing event of one
+  // sequence then no longer leaves the other threads idle).
+  std::vector<Status> st(segments.size());
+  if (segments.size() == 1) {
+    st[0] = segments[0].cache->commit();
+  } else {
+    pool.parallel_for(int64_t(segments.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) st[size_t(i)] = segments[size_t(i)].cache->commit();
+    });
   }
-  return first;
+  for (const Status& x : st)
+    if (!x) return x;
+  return Status::ok();
 }
 
 }  // namespace qevict
