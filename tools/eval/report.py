@@ -11,10 +11,14 @@ Prints markdown, per length:
     results.jsonl) against FullKV's;
   - the sweep's machine time: the sum over samples of one batch's prefill + decode seconds;
   - with --per-task, one table per task: each variant's mean score at every budget and the
-    number of samples (FullKV and the quantizers in the first column).
+    number of samples (FullKV and the quantizers in the first column);
+  - with --macro-tasks T1,T2,..., the macro over those tasks only (mean of the task means) with
+    a 95 % bootstrap interval (samples resampled within each task, 2,000 draws, seed 0), e.g.
+    over the tasks a running sweep has finished.
 Cells with fewer samples than the others of their length are marked with their n.
 
 Usage: python3 tools/eval/report.py DIR [--budgets 0.5,0.2,0.1,0.05] [--per-task]
+                                     [--macro-tasks T1,T2,...]
 """
 import argparse
 import csv
@@ -73,6 +77,7 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--budgets", default="0.5,0.2,0.1,0.05")
     ap.add_argument("--per-task", action="store_true", help="also one table per task")
+    ap.add_argument("--macro-tasks", default="", help="also the macro over these tasks only")
     a = ap.parse_args()
     budgets = [float(b) for b in a.budgets.split(",")]
     summary = read_summary(os.path.join(a.dir, "summary.csv"))
@@ -166,6 +171,27 @@ def main():
                     if cols:
                         print(f"| {v} | " + " / ".join(cols) + " | "
                               + ",".join(str(n) for n in sorted(ns)) + " |")
+
+        if a.macro_tasks:
+            import random
+            mts = a.macro_tasks.split(",")
+            print(f"\n### {length:,} tokens: macro over {', '.join(mts)} (%, 95 % bootstrap interval)\n")
+            print("| variant | " + " | ".join(f"{b:g}" for b in budgets) + " |")
+            print("|---|" + "---|" * len(budgets))
+            for v in variants:
+                cols = []
+                for b in budgets:
+                    per = [at(scores, (length, t, v), b) for t in mts]
+                    if any(x is None for x in per):
+                        cols.append("–")
+                        continue
+                    rng = random.Random(0)
+                    draws = sorted(statistics.mean(statistics.mean(rng.choices(x, k=len(x)))
+                                                   for x in per) for _ in range(2000))
+                    m = statistics.mean(statistics.mean(x) for x in per)
+                    n = min(len(x) for x in per)
+                    cols.append(f"{m:.1f} [{draws[49]:.1f}, {draws[1949]:.1f}] (n≥{n})")
+                print(f"| {v} | " + " | ".join(cols) + " |")
 
         secs = sum(t for k, t in batches.items() if k[0] == length)
         n_samples = len({(k[1], k[2]) for k in batches if k[0] == length})
