@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/f16.h"
@@ -14,6 +15,20 @@
 #include "kvcache/shape.h"
 
 namespace qevict {
+
+// fn(begin, end) over [0, n): split over `pool` in chunks of at least `grain` when there is
+// one, else one call. The quantized caches dequantize a layer with it: attend() spreads the
+// rows over the threads, the paths without a pool (a replayed prompt, a prompt's rule, which
+// may already run on a pool thread) run on their own.
+inline void for_rows(ThreadPool* pool, int64_t n, int64_t grain,
+                     const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (pool && pool->size() > 1 && n > grain) {
+    pool->parallel_for(n, grain, fn);
+  } else {
+    fn(0, n);
+  }
+}
 
 class DenseLayerScratch {
  public:

@@ -92,29 +92,34 @@ void KiviKvCache::apply_rule(Layer& L, int64_t n) {
   }
 }
 
-void KiviKvCache::dequantize_layer(const Layer& L, int64_t n) {
+void KiviKvCache::dequantize_layer(const Layer& L, int64_t n, ThreadPool* pool) {
   const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
   const int G = c_.group, b = c_.bits;
   const size_t rec = 4 + size_t(G) * b / 8;
   scr_.resize(shape_, n);
-  const uint8_t* kg = L.k_groups.data();
-  for (int64_t g = 0; g < L.kq / G; ++g)
-    for (int h = 0; h < hkv; ++h)
-      for (int ch = 0; ch < d; ++ch, kg += rec) {
-        const float s = f16_to_f32(load_u16(kg)), mn = f16_to_f32(load_u16(kg + 2));
-        for (int i = 0; i < G; ++i)
-          scr_.k_row(h, g * G + i)[ch] =
-              f32_to_f16(kivi_dequant(kivi_code_at(kg + 4, i, b), s, mn));
-      }
-  const uint8_t* vt = L.v_tokens.data();
-  for (int64_t t = 0; t < L.vq; ++t)
-    for (int h = 0; h < hkv; ++h)
-      for (int gj = 0; gj < d / G; ++gj, vt += rec) {
-        const float s = f16_to_f32(load_u16(vt)), mn = f16_to_f32(load_u16(vt + 2));
-        uint16_t* dst = scr_.v_row(h, t) + size_t(gj) * G;
-        for (int i = 0; i < G; ++i)
-          dst[i] = f32_to_f16(kivi_dequant(kivi_code_at(vt + 4, i, b), s, mn));
-      }
+  // Key groups and value tokens write disjoint rows: over the threads when attend() has them.
+  for_rows(pool, L.kq / G, 4, [&](int64_t g0, int64_t g1) {
+    const uint8_t* kg = L.k_groups.data() + size_t(g0) * hkv * d * rec;
+    for (int64_t g = g0; g < g1; ++g)
+      for (int h = 0; h < hkv; ++h)
+        for (int ch = 0; ch < d; ++ch, kg += rec) {
+          const float s = f16_to_f32(load_u16(kg)), mn = f16_to_f32(load_u16(kg + 2));
+          for (int i = 0; i < G; ++i)
+            scr_.k_row(h, g * G + i)[ch] =
+                f32_to_f16(kivi_dequant(kivi_code_at(kg + 4, i, b), s, mn));
+        }
+  });
+  for_rows(pool, L.vq, 128, [&](int64_t t0, int64_t t1) {
+    const uint8_t* vt = L.v_tokens.data() + size_t(t0) * hkv * (d / G) * rec;
+    for (int64_t t = t0; t < t1; ++t)
+      for (int h = 0; h < hkv; ++h)
+        for (int gj = 0; gj < d / G; ++gj, vt += rec) {
+          const float s = f16_to_f32(load_u16(vt)), mn = f16_to_f32(load_u16(vt + 2));
+          uint16_t* dst = scr_.v_row(h, t) + size_t(gj) * G;
+          for (int i = 0; i < G; ++i)
+            dst[i] = f32_to_f16(kivi_dequant(kivi_code_at(vt + 4, i, b), s, mn));
+        }
+  });
   for (int64_t t = L.kq; t < n; ++t)
     for (int h = 0; h < hkv; ++h)
       std::memcpy(scr_.k_row(h, t), L.k_res.data() + size_t(t - L.kq) * kvw + size_t(h) * d,
@@ -127,7 +132,7 @@ void KiviKvCache::dequantize_layer(const Layer& L, int64_t n) {
 
 void KiviKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
                          ThreadPool& pool) {
-  store_new(layer, k, v);
+  store_new(layer, k, v, &pool);
   scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
   apply_rule_after_call(layer);
 }
@@ -135,11 +140,11 @@ void KiviKvCache::attend(int layer, const float* q, const float* k, const float*
 void KiviKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
                                 const PromptExtras& x) {
   (void)q, (void)x;
-  store_new(layer, k, v);
+  store_new(layer, k, v, nullptr);
   apply_rule_after_call(layer);
 }
 
-void KiviKvCache::store_new(int layer, const float* k, const float* v) {
+void KiviKvCache::store_new(int layer, const float* k, const float* v, ThreadPool* pool) {
   Layer& L = layers_[size_t(layer)];
   const int kvw = shape_.kv_width();
   const int64_t n = n_past_ + n_new_;
@@ -155,7 +160,7 @@ void KiviKvCache::store_new(int layer, const float* k, const float* v) {
   }
   // The quantized tokens (dequantized) and the residual, new tokens included, for attention
   // (also when replayed, so that the scratch and the bytes held are attend()'s).
-  dequantize_layer(L, n);
+  dequantize_layer(L, n, pool);
 }
 
 void KiviKvCache::apply_rule_after_call(int layer) {

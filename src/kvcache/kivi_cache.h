@@ -86,9 +86,9 @@ class KiviKvCache final : public SequenceKvCache {
   // Applies the rule to layer l holding n tokens: quantizes residual keys while n − kq ≥ R
   // (R at a time) and residual values beyond the newest R.
   void apply_rule(Layer& L, int64_t n);
-  void dequantize_layer(const Layer& L, int64_t n);  // into scr_
+  void dequantize_layer(const Layer& L, int64_t n, ThreadPool* pool);  // into scr_
   // attend()'s steps before and after its attention (append_prompt() runs both).
-  void store_new(int layer, const float* k, const float* v);
+  void store_new(int layer, const float* k, const float* v, ThreadPool* pool);
   void apply_rule_after_call(int layer);
   // Grows v to hold `size` elements in steps of kGrowTokens tokens (bounded slack: at most
   // kGrowTokens tokens' codes beyond what is stored).

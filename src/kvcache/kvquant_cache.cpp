@@ -93,11 +93,11 @@ void KvQuantCache::attend(int layer, const float* q, const float* k, const float
     L.k_cnt.push_back(uint16_t(L.k_out.size() - k0));
     L.v_cnt.push_back(uint16_t(L.v_out.size() - v0));
   }
-  decode_layer(layer, n_past_ + n_new_);
+  decode_layer(layer, n_past_ + n_new_, &pool);
   scr_.attend(HalfType::kF16, q, n_new_, n_past_, out, pool);
 }
 
-void KvQuantCache::decode_layer(int layer, int64_t n) {
+void KvQuantCache::decode_layer(int layer, int64_t n, ThreadPool* pool) {
   const Layer& L = layers_[size_t(layer)];
   const KvQuantLayerCalib& cal = (*cal_)[size_t(layer)];
   const int kvw = shape_.kv_width(), hkv = shape_.n_kv_heads, d = shape_.head_dim;
@@ -112,25 +112,34 @@ void KvQuantCache::decode_layer(int layer, int64_t n) {
       std::memcpy(scr_.v_row(h, t), L.v_first.data() + size_t(t) * kvw + size_t(h) * d,
                   size_t(d) * 2);
     }
-  row_.resize(size_t(kvw));
-  row2_.resize(size_t(kvw));
-  cs_.resize(size_t(half) * 2);
-  const KvqOutlier* ko = L.k_out.data();
-  const KvqOutlier* vo = L.v_out.data();
-  for (int64_t t = first; t < n; ++t) {
-    const size_t j = size_t(t - first);
-    kvquant_dequantize_key(c_, cal, L.k_codes.data() + j * rb, ko, L.k_cnt[j], kvw, row_.data());
-    kvquant_dequantize_value(c_, cal, L.v_codes.data() + j * rb, L.v_par[j * 2], L.v_par[j * 2 + 1],
-                             vo, L.v_cnt[j], kvw, row2_.data());
-    ko += L.k_cnt[j];
-    vo += L.v_cnt[j];
-    rope_.cos_sin(t, cs_.data(), cs_.data() + half);
-    rope_apply(shape_.rope, cs_.data(), cs_.data() + half, row_.data(), hkv, d, d);
-    for (int h = 0; h < hkv; ++h) {
-      f32_to_half(HalfType::kF16, row_.data() + size_t(h) * d, scr_.k_row(h, t), d);
-      f32_to_half(HalfType::kF16, row2_.data() + size_t(h) * d, scr_.v_row(h, t), d);
-    }
+  // Where each token's outliers start (they are stored token after token), so that the
+  // tokens can be decoded over the threads, each into its own rows.
+  const int64_t m = n - first;
+  out_at_.resize(size_t(m + 1) * 2);
+  out_at_[0] = out_at_[1] = 0;
+  for (int64_t j = 0; j < m; ++j) {
+    out_at_[size_t(j + 1) * 2] = out_at_[size_t(j) * 2] + L.k_cnt[size_t(j)];
+    out_at_[size_t(j + 1) * 2 + 1] = out_at_[size_t(j) * 2 + 1] + L.v_cnt[size_t(j)];
   }
+  for_rows(pool, m, 64, [&](int64_t j0, int64_t j1) {
+    std::vector<float> row(static_cast<size_t>(kvw)), row2(static_cast<size_t>(kvw));
+    std::vector<float> cs(size_t(half) * 2);
+    for (int64_t jj = j0; jj < j1; ++jj) {
+      const size_t j = size_t(jj);
+      const int64_t t = first + jj;
+      kvquant_dequantize_key(c_, cal, L.k_codes.data() + j * rb, L.k_out.data() + out_at_[j * 2],
+                             L.k_cnt[j], kvw, row.data());
+      kvquant_dequantize_value(c_, cal, L.v_codes.data() + j * rb, L.v_par[j * 2],
+                               L.v_par[j * 2 + 1], L.v_out.data() + out_at_[j * 2 + 1], L.v_cnt[j],
+                               kvw, row2.data());
+      rope_.cos_sin(t, cs.data(), cs.data() + half);
+      rope_apply(shape_.rope, cs.data(), cs.data() + half, row.data(), hkv, d, d);
+      for (int h = 0; h < hkv; ++h) {
+        f32_to_half(HalfType::kF16, row.data() + size_t(h) * d, scr_.k_row(h, t), d);
+        f32_to_half(HalfType::kF16, row2.data() + size_t(h) * d, scr_.v_row(h, t), d);
+      }
+    }
+  });
 }
 
 Status KvQuantCache::end_prompt() {
@@ -259,7 +268,8 @@ size_t KvQuantCache::bytes_held() const {
   for (size_t l = 0; l < k_in_.size(); ++l)  // the dump-only copy (--kv-trace only)
     b += (k_in_[l].capacity() + v_in_[l].capacity()) * sizeof(float);
   return b + scr_.bytes() + rope_.bytes() +
-         (row_.capacity() + row2_.capacity() + cs_.capacity() + vscr_.capacity()) * sizeof(float);
+         (row_.capacity() + row2_.capacity() + cs_.capacity() + vscr_.capacity()) * sizeof(float) +
+         out_at_.capacity() * sizeof(size_t);
 }
 
 std::string KvQuantCache::describe() const {
@@ -295,7 +305,7 @@ void KvQuantCache::export_layer(int l, std::vector<float>* k, std::vector<float>
   const Layer& L = layers_[size_t(l)];
   const int kvw = shape_.kv_width(), d = shape_.head_dim;
   const int64_t n = int64_t(L.k_first.size()) / kvw + int64_t(L.k_cnt.size());
-  decode_layer(l, n);
+  decode_layer(l, n, nullptr);
   k->assign(size_t(n) * kvw, 0.0f);
   v->assign(size_t(n) * kvw, 0.0f);
   for (int64_t t = 0; t < n; ++t)

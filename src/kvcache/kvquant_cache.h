@@ -77,7 +77,7 @@ class KvQuantCache final : public SequenceKvCache {
     std::vector<KvqOutlier> k_out, v_out;    // in token order
   };
   // Decodes the n stored tokens of L into scr_ (keys rotated at their positions).
-  void decode_layer(int layer, int64_t n);
+  void decode_layer(int layer, int64_t n, ThreadPool* pool);
 
   KvShape shape_;
   int64_t n_ctx_;
@@ -88,6 +88,7 @@ class KvQuantCache final : public SequenceKvCache {
   std::vector<Layer> layers_;
   DenseLayerScratch scr_;
   std::vector<float> row_, row2_, cs_, vscr_;  // one token's row, cos/sin, value scratch
+  std::vector<size_t> out_at_;  // decode_layer: where each token's key / value outliers start
   size_t peak_ = 0;
   std::string dump_dir_;  // --kv-trace: dump the prompt here at end_prompt()
   bool dumped_ = false;

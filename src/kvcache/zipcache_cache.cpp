@@ -36,23 +36,41 @@ Status ZipKvCache::begin(int64_t n_new) {
   return Status::ok();
 }
 
-void ZipKvCache::dequantize_layer(const Layer& L, int64_t n) {
+void ZipKvCache::dequantize_layer(const Layer& L, int64_t n, ThreadPool* pool) {
   const int hkv = shape_.n_kv_heads, d = shape_.head_dim, kvw = shape_.kv_width();
   scr_.resize(shape_, n);
+  // zip_dequant_key/value per element, with the sets' f16 parameters converted once per call
+  // instead of per element (the same f32 operations in the same order: the same halfs).
+  auto code = [](const ZipSet& z, int64_t i) {
+    const int64_t bit = i * z.bits;
+    return float((z.codes[size_t(bit >> 3)] >> (bit & 7)) & ((1 << z.bits) - 1));
+  };
+  std::vector<float> vscale(L.v_scale.size()), ka, kb;  // (no scales before the first rule)
+  for (size_t c = 0; c < vscale.size(); ++c) vscale[c] = f16_to_f32(L.v_scale[c]);
   for (int set = 0; set < 2; ++set) {
     const auto& lists = set == 0 ? L.imp : L.unimp;
     const ZipSet& ks = set == 0 ? L.k_imp : L.k_unimp;
     const ZipSet& vs = set == 0 ? L.v_imp : L.v_unimp;
+    ka.resize(ks.col_a.size());
+    kb.resize(ks.col_b.size());
+    for (size_t c = 0; c < ka.size(); ++c) ka[c] = f16_to_f32(ks.col_a[c]);
+    for (size_t c = 0; c < kb.size(); ++c) kb[c] = f16_to_f32(ks.col_b[c]);
     for (int h = 0; h < hkv; ++h) {
       const auto& ids = lists[size_t(h)];
-      for (int64_t j = 0; j < int64_t(ids.size()); ++j) {
-        uint16_t* kd = scr_.k_row(h, ids[size_t(j)]);
-        uint16_t* vd = scr_.v_row(h, ids[size_t(j)]);
-        for (int ch = 0; ch < d; ++ch) {
-          kd[ch] = f32_to_f16(zip_dequant_key(ks, j, h * d + ch));
-          vd[ch] = f32_to_f16(zip_dequant_value(vs, L.v_scale.data(), j, h * d + ch));
+      // Rows of distinct tokens: over the threads when attend() has them.
+      for_rows(pool, int64_t(ids.size()), 256, [&](int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          uint16_t* kd = scr_.k_row(h, ids[size_t(j)]);
+          uint16_t* vd = scr_.v_row(h, ids[size_t(j)]);
+          const float vstep = f16_to_f32(vs.row_step[size_t(j)]);
+          const float vmin = f16_to_f32(vs.row_min[size_t(j)]);
+          for (int ch = 0; ch < d; ++ch) {
+            const int c = h * d + ch;
+            kd[ch] = f32_to_f16(code(ks, j * ks.cols + c) * kb[size_t(c)] + ka[size_t(c)]);
+            vd[ch] = f32_to_f16((code(vs, j * vs.cols + c) * vstep + vmin) * vscale[size_t(c)]);
+          }
         }
-      }
+      });
     }
   }
   for (int64_t t = L.nq; t < n; ++t)
@@ -150,7 +168,7 @@ void ZipKvCache::requantize(Layer& L, int64_t n, const std::vector<float>& sal) 
 
 void ZipKvCache::attend(int layer, const float* q, const float* k, const float* v, float* out,
                         ThreadPool& pool) {
-  store_new(layer, k, v);
+  store_new(layer, k, v, &pool);
   scr_.attend(dtype_, q, n_new_, n_past_, out, pool);
   after_call(layer, q);
 }
@@ -158,11 +176,11 @@ void ZipKvCache::attend(int layer, const float* q, const float* k, const float* 
 void ZipKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
                                const PromptExtras& x) {
   (void)x;
-  store_new(layer, k, v);
+  store_new(layer, k, v, nullptr);
   after_call(layer, q);
 }
 
-void ZipKvCache::store_new(int layer, const float* k, const float* v) {
+void ZipKvCache::store_new(int layer, const float* k, const float* v, ThreadPool* pool) {
   Layer& L = layers_[size_t(layer)];
   const int kvw = shape_.kv_width();
   for (auto [buf, src] : {std::pair{&L.k_buf, k}, std::pair{&L.v_buf, v}}) {
@@ -173,7 +191,7 @@ void ZipKvCache::store_new(int layer, const float* k, const float* v) {
     buf->resize(need);
     f32_to_half(dtype_, src, buf->data() + off, n_new_ * kvw);
   }
-  dequantize_layer(L, n_past_ + n_new_);  // attention's keys, which the probes read too
+  dequantize_layer(L, n_past_ + n_new_, pool);  // attention's keys, which the probes read too
 }
 
 void ZipKvCache::after_call(int layer, const float* q) {
@@ -228,7 +246,7 @@ Status ZipKvCache::end_prompt() {
       half_to_f32(dtype_, L.k_buf.data(), k_in.back().data(), int64_t(L.k_buf.size()));
       half_to_f32(dtype_, L.v_buf.data(), v_in.back().data(), int64_t(L.v_buf.size()));
     }
-    dequantize_layer(L, n);
+    dequantize_layer(L, n, nullptr);
     L.saliency.resize(size_t(n - L.nq) * hkv, 0.0f);
     advance_ring(l, L, n);  // the random probes before the last 5 %
     const int64_t rows = int64_t(L.ring.size()) / qw;

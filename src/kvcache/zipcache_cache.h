@@ -88,9 +88,9 @@ class ZipKvCache final : public SequenceKvCache {
     int64_t ring_pos0 = 0;
     std::vector<float> saliency;
   };
-  void dequantize_layer(const Layer& L, int64_t n);  // into scr_
+  void dequantize_layer(const Layer& L, int64_t n, ThreadPool* pool);  // into scr_
   // attend()'s steps before and after its attention (append_prompt() runs both).
-  void store_new(int layer, const float* k, const float* v);
+  void store_new(int layer, const float* k, const float* v, ThreadPool* pool);
   void after_call(int layer, const float* q);
   // Adds the causal softmax (f32) of the query row q (f32 [q_width]) at position pos, summed
   // over each KV head's query heads, to sal[(t − t0) · n_kv_heads + h] for t in [t0, pos];
