@@ -72,6 +72,17 @@ def variant_order(names):
     return sorted(names, key=key)
 
 
+def budget_table(title, variants, budgets, cell):
+    """A markdown table, one row per variant and one column per budget: cell(v, b) is the
+    text of a cell, or None for '–'."""
+    print(f"\n### {title}\n")
+    print("| variant | " + " | ".join(f"{b:g}" for b in budgets) + " |")
+    print("|---|" + "---|" * len(budgets))
+    for v in variants:
+        cols = [cell(v, b) for b in budgets]
+        print(f"| {v} | " + " | ".join("–" if c is None else c for c in cols) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
@@ -108,19 +119,15 @@ def main():
         macro = {(v, b): cell.get((length, "macro", v, b)) for v in variants for b in [0.0] + budgets}
         ns = [r["n"] for r in macro.values() if r]
         n_max = max(ns) if ns else 0
-        print(f"\n### {length:,} tokens: RULER macro (%, 95 % interval)\n")
-        print("| variant | " + " | ".join(f"{b:g}" for b in budgets) + " |")
-        print("|---|" + "---|" * len(budgets))
-        for v in variants:
-            cols = []
-            for b in budgets:
-                r = at(macro, (v,), b)
-                if r is None:
-                    cols.append("–")
-                    continue
-                tag = "" if r["n"] == n_max else f" (n={r['n']})"
-                cols.append(f"{r['mean']:.1f} [{r['ci95_low']:.1f}, {r['ci95_high']:.1f}]{tag}")
-            print(f"| {v} | " + " | ".join(cols) + " |")
+        def macro_cell(v, b):
+            r = at(macro, (v,), b)
+            if r is None:
+                return None
+            tag = "" if r["n"] == n_max else f" (n={r['n']})"
+            return f"{r['mean']:.1f} [{r['ci95_low']:.1f}, {r['ci95_high']:.1f}]{tag}"
+
+        budget_table(f"{length:,} tokens: RULER macro (%, 95 % interval)", variants, budgets,
+                     macro_cell)
         print("\nFullKV and the quantizers (kivi, kvquant, zipcache) run once, at no budget or at their"
               " byte point: their value is in the first column.")
 
@@ -143,15 +150,12 @@ def main():
                 cols.append(f"{statistics.mean(ex):.1f}" if ex else "–")
                 print(f"| {v} | " + " | ".join(cols) + " |")
 
-        print(f"\n### {length:,} tokens: bytes the cache held at the end of a sample (MiB, median)\n")
-        print("| variant | " + " | ".join(f"{b:g}" for b in budgets) + " |")
-        print("|---|" + "---|" * len(budgets))
-        for v in variants:
-            cols = []
-            for b in budgets:
-                h = at(held, (length, v), b)
-                cols.append(f"{statistics.median(h):.2f}" if h else "–")
-            print(f"| {v} | " + " | ".join(cols) + " |")
+        def held_cell(v, b):
+            h = at(held, (length, v), b)
+            return f"{statistics.median(h):.2f}" if h else None
+
+        budget_table(f"{length:,} tokens: bytes the cache held at the end of a sample (MiB, median)",
+                     variants, budgets, held_cell)
         if a.per_task:
             tasks = sorted({k[1] for k in scores if k[0] == length})
             for t in tasks:
@@ -175,23 +179,20 @@ def main():
         if a.macro_tasks:
             import random
             mts = a.macro_tasks.split(",")
-            print(f"\n### {length:,} tokens: macro over {', '.join(mts)} (%, 95 % bootstrap interval)\n")
-            print("| variant | " + " | ".join(f"{b:g}" for b in budgets) + " |")
-            print("|---|" + "---|" * len(budgets))
-            for v in variants:
-                cols = []
-                for b in budgets:
-                    per = [at(scores, (length, t, v), b) for t in mts]
-                    if any(x is None for x in per):
-                        cols.append("–")
-                        continue
-                    rng = random.Random(0)
-                    draws = sorted(statistics.mean(statistics.mean(rng.choices(x, k=len(x)))
-                                                   for x in per) for _ in range(2000))
-                    m = statistics.mean(statistics.mean(x) for x in per)
-                    n = min(len(x) for x in per)
-                    cols.append(f"{m:.1f} [{draws[49]:.1f}, {draws[1949]:.1f}] (n≥{n})")
-                print(f"| {v} | " + " | ".join(cols) + " |")
+
+            def task_macro_cell(v, b):
+                per = [at(scores, (length, t, v), b) for t in mts]
+                if any(x is None for x in per):
+                    return None
+                rng = random.Random(0)
+                draws = sorted(statistics.mean(statistics.mean(rng.choices(x, k=len(x)))
+                                               for x in per) for _ in range(2000))
+                m = statistics.mean(statistics.mean(x) for x in per)
+                n = min(len(x) for x in per)
+                return f"{m:.1f} [{draws[49]:.1f}, {draws[1949]:.1f}] (n≥{n})"
+
+            budget_table(f"{length:,} tokens: macro over {', '.join(mts)} (%, 95 % bootstrap "
+                         "interval)", variants, budgets, task_macro_cell)
 
         secs = sum(t for k, t in batches.items() if k[0] == length)
         n_samples = len({(k[1], k[2]) for k in batches if k[0] == length})
