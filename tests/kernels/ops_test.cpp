@@ -1,6 +1,5 @@
 // Fast kernels/ops.h against the scalar references in kernels/ref, on awkward sizes
 // (0..2x lanes, odd), misaligned pointers and both half formats; sentinels catch overruns.
-#include "core/f16.h"
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/f16.h"
 #include "kernels/ref/ops_ref.h"
 
 namespace qevict {
