@@ -289,7 +289,6 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
   const int64_t ml_tok = unit_off[n_blocks] * g * 2;  // block_ml floats per query token
   const int64_t T =
       mass ? std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(ml_tok, 1), 1, n_q) : n_q;
-  sc.gml.resize(size_t(g) * 2);
   for (int64_t t0 = 0; t0 < n_q; t0 += T) {
     const int64_t tn = std::min(T, n_q - t0);
     const int64_t runs = (tn + kRun - 1) / kRun;
@@ -322,20 +321,53 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
                       run_state.data() + i * g * st, sizeof(float) * g * st);
       }
     });
-    // Merge segments per (token, head) and turn block (m_b, l_b) into masses.
-    for (int64_t t = 0; t < tn; ++t) {
-      for (int h = 0; h < H; ++h) {
+    // Merge segments per (token, head): the outputs and each head's global (M, L).
+    sc.gml.resize(size_t(tn) * H * g * 2);
+    for (int64_t t = 0; t < tn; ++t)
+      for (int h = 0; h < H; ++h)
         attn_merge(sc.parts.data() + ((size_t(t) * H + h) * segs) * g * st, int(segs),
-                   int64_t(g) * st, g, d, out + (t0 + t) * ldq + h * g * d, sc.gml.data());
-        if (!mass) continue;
-        const int64_t u0 = unit_off[head_off[h]], nu = unit_off[head_off[h + 1]] - u0;
-        const float* ml = block_ml + size_t(t) * ml_tok + u0 * g * 2;
-        double* mh = layout == MassLayout::kPerHeadBlock ? mass + u0 : mass;
-        for (int64_t b = 0; b < nu; ++b)
-          for (int j = 0; j < g; ++j)
-            mh[b] += attn_block_mass(ml + (size_t(b) * g + j) * 2, sc.gml.data() + 2 * j);
+                   int64_t(g) * st, g, d, out + (t0 + t) * ldq + h * g * d,
+                   sc.gml.data() + (size_t(t) * H + h) * g * 2);
+    if (!mass) continue;
+    // Block (m_b, l_b) into masses, m_b += l_b · exp(m_b − M) / L (attn_block_mass), each
+    // unit's terms added in the order of its queries, heads and query heads. Units are split
+    // over the pool (a unit's sum does not depend on the split); the innermost loop walks
+    // units, whose m_b is shared by a run's tokens, so its exp is computed once per run.
+    const bool per_head = layout == MassLayout::kPerHeadBlock;
+    int64_t nu_max = 0;
+    for (int h = 0; h < H; ++h)
+      nu_max = std::max(nu_max, unit_off[head_off[h + 1]] - unit_off[head_off[h]]);
+    constexpr int64_t kUnitChunk = 512;
+    const int64_t chunks = (nu_max + kUnitChunk - 1) / kUnitChunk;
+    // Tasks: (head, chunk) when heads write their own masses, else chunks of the shared ones.
+    const int64_t tasks = per_head ? H * chunks : chunks;
+    pool.parallel_for(tasks, 1, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const int64_t c = k % chunks;
+        const int h_lo = per_head ? int(k / chunks) : 0, h_hi = per_head ? h_lo + 1 : H;
+        for (int64_t t = 0; t < tn; ++t)
+          for (int h = h_lo; h < h_hi; ++h) {
+            const int64_t u0 = unit_off[head_off[h]], nu = unit_off[head_off[h + 1]] - u0;
+            const int64_t b0 = c * kUnitChunk, b1 = std::min(nu, b0 + kUnitChunk);
+            const float* ml = block_ml + size_t(t) * ml_tok + u0 * g * 2;
+            double* mh = per_head ? mass + u0 : mass;
+            const float* gml = sc.gml.data() + (size_t(t) * H + h) * g * 2;
+            for (int j = 0; j < g; ++j) {
+              const float M = gml[2 * j], L = gml[2 * j + 1];
+              float m_last = std::numeric_limits<float>::quiet_NaN(), e_last = 0.0f;
+              for (int64_t b = b0; b < b1; ++b) {
+                const float* mlb = ml + (size_t(b) * g + j) * 2;
+                if (mlb[1] == 0.0f) continue;  // attn_block_mass's 0 (adds nothing)
+                if (!(mlb[0] == m_last)) {
+                  m_last = mlb[0];
+                  e_last = __builtin_expf(mlb[0] - M);
+                }
+                mh[b] += mlb[1] * e_last / L;
+              }
+            }
+          }
       }
-    }
+    });
   }
 }
 

@@ -79,7 +79,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
 struct BlockAttnScratch {
   std::vector<float> parts;       // f32 [tile][n_kv_heads][segments][group][head_dim + 2]
   std::vector<float> block_ml;    // f32 [tile][blocks][group][2]
-  std::vector<float> gml;         // f32 [group][2]
+  std::vector<float> gml;         // f32 [tile][n_kv_heads][group][2]: each head's (M, L)
   std::vector<int64_t> unit_off;  // mass units (blocks or tokens) before each block
   size_t bytes() const {
     return (parts.capacity() + block_ml.capacity() + gml.capacity()) * 4 + unit_off.capacity() * 8;
@@ -88,6 +88,7 @@ struct BlockAttnScratch {
   void trim() {
     std::vector<float>().swap(parts);
     std::vector<float>().swap(block_ml);
+    std::vector<float>().swap(gml);
   }
 };
 
