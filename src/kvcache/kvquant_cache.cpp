@@ -268,7 +268,7 @@ size_t KvQuantCache::bytes_held() const {
   for (size_t l = 0; l < k_in_.size(); ++l)  // the dump-only copy (--kv-trace only)
     b += (k_in_[l].capacity() + v_in_[l].capacity()) * sizeof(float);
   return b + scr_.bytes() + rope_.bytes() +
-         (row_.capacity() + row2_.capacity() + cs_.capacity() + vscr_.capacity()) * sizeof(float) +
+         (row_.capacity() + cs_.capacity() + vscr_.capacity()) * sizeof(float) +
          out_at_.capacity() * sizeof(size_t);
 }
 

@@ -87,7 +87,7 @@ class KvQuantCache final : public SequenceKvCache {
   int64_t n_past_ = 0, n_new_ = 0;
   std::vector<Layer> layers_;
   DenseLayerScratch scr_;
-  std::vector<float> row_, row2_, cs_, vscr_;  // one token's row, cos/sin, value scratch
+  std::vector<float> row_, cs_, vscr_;  // one token's row, cos/sin, value scratch
   std::vector<size_t> out_at_;  // decode_layer: where each token's key / value outliers start
   size_t peak_ = 0;
   std::string dump_dir_;  // --kv-trace: dump the prompt here at end_prompt()
