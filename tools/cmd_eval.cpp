@@ -208,7 +208,7 @@ int run_eval_cmd(EvalArgs a) {
   if (!md) return fail(md.error());
   std::printf("%s", md->c_str());
   std::fprintf(stderr,
-               "wrote %s/results.jsonl, summary.csv and summary.md\nplot: $(tools/venv.sh) "
+               "wrote %s/results.jsonl, summary.csv and summary.md\nplot: $(tools/eval/venv.sh) "
                "tools/eval/plot_eval.py %s/summary.csv\n",
                o.out_dir.c_str(), o.out_dir.c_str());
   return 0;

@@ -3,10 +3,10 @@
 
   eval_LENGTH.png   one panel per task (and the macro mean): score against budget, a line per
                     variant with its 95 % interval as a band; FullKV (no budget) as a
-                    horizontal reference line.
+                    horizontal reference line. qevict's variants drawn thicker.
 
 The numbers come from summary.csv only; this script draws them.
-Usage: $(tools/venv.sh) tools/eval/plot_eval.py DIR/summary.csv [--out-dir DIR]
+Usage: $(tools/eval/venv.sh) tools/eval/plot_eval.py DIR/summary.csv [--out-dir DIR]
 """
 import argparse
 import csv
@@ -32,7 +32,10 @@ def read_rows(path):
     return rows
 
 
-def plot_length(rows, length, out):
+MARKERS = "osD^vP*Xhp<>"
+
+
+def plot_length(rows, length, out, bands):
     tasks = sorted({r["task"] for r in rows if r["task"] != "macro"})
     if any(r["task"] == "macro" for r in rows):
         tasks.append("macro")
@@ -40,7 +43,11 @@ def plot_length(rows, length, out):
     nrows = math.ceil(len(tasks) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 3.0 * nrows), squeeze=False)
     variants = sorted({r["variant"] for r in rows})
-    colours = {v: plt.cm.tab10(i % 10) for i, v in enumerate(variants)}
+    # tab20 and a marker per variant: 17 variants must stay apart (tab10 repeats after ten).
+    colours = {v: plt.cm.tab20(i % 20) for i, v in enumerate(variants)}
+    markers = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(variants)}
+    if bands is None:
+        bands = len(variants) <= 6  # more bands than that hide the lines
     for ax, task in zip(axes.flat, tasks):
         by = defaultdict(list)
         for r in rows:
@@ -53,19 +60,29 @@ def plot_length(rows, length, out):
                            label=f"{v} (n={rs[0]['n']})")
                 continue
             x = [r["budget"] for r in rs]
-            ax.plot(x, [r["mean"] for r in rs], marker="o", color=colours[v], label=v)
-            ax.fill_between(x, [r["ci95_low"] for r in rs], [r["ci95_high"] for r in rs],
-                            color=colours[v], alpha=0.15)
+            ours = v.startswith("qevict")
+            ax.plot(x, [r["mean"] for r in rs], marker=markers[v], ms=4, color=colours[v],
+                    lw=2.0 if ours else 1.0, label=v)
+            if bands:
+                ax.fill_between(x, [r["ci95_low"] for r in rs], [r["ci95_high"] for r in rs],
+                                color=colours[v], alpha=0.15)
         ax.set_title(task, fontsize=10)
         ax.set_ylim(-3, 103)
-        ax.set_xlabel("budget (fraction of the full cache)")
+        budgets = sorted({r["budget"] for r in rows if r["budget"] > 0})
+        if budgets and budgets[0] > 0:
+            ax.set_xscale("log")  # 5 / 10 / 20 / 50 % evenly apart
+            ax.set_xticks(budgets)
+            ax.set_xticklabels([f"{100 * b:g}" for b in budgets])
+            ax.minorticks_off()
+        ax.set_xlabel("KV budget (% of the full cache)")
         ax.set_ylabel("score (%)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
-    fig.suptitle(f"qevict eval, {length} tokens: score vs KV budget (bands: 95 % bootstrap)")
+    what = "bands: 95 % bootstrap" if bands else "95 % intervals in summary.csv; --bands draws them"
+    fig.suptitle(f"qevict eval, {length} tokens: score vs KV budget ({what}; dashed: no budget)")
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -75,12 +92,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("summary_csv")
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--bands", action=argparse.BooleanOptionalAction, default=None,
+                    help="draw the 95 %% intervals (default: only with at most 6 variants)")
     a = ap.parse_args()
     out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.summary_csv))
+    os.makedirs(out_dir, exist_ok=True)
     rows = read_rows(a.summary_csv)
     for length in sorted({r["length"] for r in rows}):
         out = os.path.join(out_dir, f"eval_{length}.png")
-        plot_length([r for r in rows if r["length"] == length], length, out)
+        plot_length([r for r in rows if r["length"] == length], length, out, a.bands)
         print(out)
 
 
