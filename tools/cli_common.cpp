@@ -158,12 +158,13 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
              "defensivekv, layer-defensivekv (their references compress the prompt once)")
           ->capture_default_str()
           ->check(CLI::IsMember({"chunk", "end"}));
-  app.add_option("--prefill-window", p.prefill_window,
-                 "with --prefill-route end on windowed caches: 0 ranks the prompt by the "
-                 "cumulative attention of all its queries (Eq. 1); N > 0 by the last N queries "
-                 "only (SnapKV's observation window, w = 32 in its code)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 4096));
+  o.prefill_window =
+      app.add_option("--prefill-window", p.prefill_window,
+                     "with --prefill-route end on windowed caches: 0 ranks the prompt by the "
+                     "cumulative attention of all its queries (Eq. 1); N > 0 by the last N queries "
+                     "only (SnapKV's observation window, w = 32 in its code)")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 4096));
   if (!cache) return;
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");
   app.add_option("--kv-trace", p.trace_path,
@@ -218,6 +219,7 @@ Expected<KvCacheParams> kv_params(const KvOptions& o) {
   g.q = given(o.q);
   g.bits = given(o.bits);
   g.prefill_route = given(o.prefill_route);
+  g.prefill_window = given(o.prefill_window);
   QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, g));
   QEVICT_RETURN_IF_ERROR(p.validate());
   return p;

@@ -90,9 +90,10 @@ Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
   if (k == "route") {
     if (v != "chunk" && v != "end") return Status::error("route must be chunk or end");
     p->prefill_route = v;
+    g->prefill_route = true;  // else a policy's own default (end for SnapKV's family) wins
     return Status::ok();
   }
-  if (k == "prefill_window") return to_int(&p->prefill_window, nullptr);
+  if (k == "prefill_window") return to_int(&p->prefill_window, &g->prefill_window);
   return Status::error(
       fmt::format("unknown variant option '{}' (score, q, window, route_every, sink, local, "
                   "bits, route, prefill_window)",

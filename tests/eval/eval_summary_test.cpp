@@ -59,6 +59,22 @@ TEST(EvalVariants, FullRunsOnceOthersAtEveryBudget) {
   EXPECT_EQ(eval_cell_key("vt", 4096, "qevict", 0.2, 3), "vt|4096|qevict|0.2|3");
 }
 
+// A route written in the spec wins over the policy's own default (SnapKV's family and the
+// quantizers route at the end unless told otherwise; the spec once lost to that default).
+TEST(EvalVariants, RouteInTheSpecOverridesThePolicyDefault) {
+  EvalOptions o;
+  o.variants = {"snapkv", "snapkv:route=chunk", "kivi:route=chunk", "qevict", "qevict:route=end"};
+  o.budgets = {0.2};
+  auto v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  ASSERT_EQ(v->size(), 5u);
+  EXPECT_EQ((*v)[0].params.prefill_route, "end");
+  EXPECT_EQ((*v)[1].params.prefill_route, "chunk");
+  EXPECT_EQ((*v)[2].params.prefill_route, "chunk");
+  EXPECT_EQ((*v)[3].params.prefill_route, "chunk");
+  EXPECT_EQ((*v)[4].params.prefill_route, "end");
+}
+
 TEST(EvalResults, PartialAndForeignLinesAreSkipped) {
   const std::string dir = temp_dir("results");
   {
