@@ -170,7 +170,8 @@ Expected<PromptFormatter> PromptFormatter::from_model(const Model& model, const 
 }
 
 Expected<std::string> PromptFormatter::render(const std::string& input,
-                                              const std::string& answer_prefix) const {
+                                              const std::string& answer_prefix, bool raw) const {
+  if (raw) return input + answer_prefix;
   const std::vector<ChatMessage> msgs{{"user", input}};
   if (!tmpl_) return render_chatml(msgs, true) + answer_prefix;
   auto r = tmpl_->render(msgs, true, tok_->token_to_piece(tok_->bos(), true),
@@ -180,10 +181,12 @@ Expected<std::string> PromptFormatter::render(const std::string& input,
 }
 
 Expected<std::vector<int32_t>> PromptFormatter::encode(const std::string& input,
-                                                       const std::string& answer_prefix) const {
-  auto text = render(input, answer_prefix);
+                                                       const std::string& answer_prefix,
+                                                       bool raw) const {
+  auto text = render(input, answer_prefix, raw);
   if (!text) return text.status();
-  return tok_->encode(*text, /*add_special=*/true, /*parse_special=*/true);
+  // A raw prompt is the task's text only: special-token spellings in it stay text.
+  return tok_->encode(*text, /*add_special=*/true, /*parse_special=*/!raw);
 }
 
 namespace {
@@ -289,9 +292,8 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
   std::vector<int32_t> stop_tokens;
   for (int32_t id = 0; id < tok.n_vocab(); ++id)
     if (tok.is_eog(id)) stop_tokens.push_back(id);
-  const PromptTokenCounter count = [&](const std::string& in,
-                                       const std::string& prefix) -> Expected<int64_t> {
-    auto ids = formatter.encode(in, prefix);
+  const PromptTokenCounter count = [&](const RulerSample& s) -> Expected<int64_t> {
+    auto ids = formatter.encode(s.input, s.answer_prefix, s.raw);
     if (!ids) return ids.status();
     return int64_t(ids->size());
   };
@@ -305,10 +307,10 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
         if (pending.empty()) continue;
         auto sample = make_ruler_sample(task, length, si, opts.seed, res, count);
         if (!sample) return sample.status();
-        auto prompt = formatter.encode(sample->input, sample->answer_prefix);
+        auto prompt = formatter.encode(sample->input, sample->answer_prefix, sample->raw);
         if (!prompt) return prompt.status();
         if (opts.prompts_only) {
-          auto text = formatter.render(sample->input, sample->answer_prefix);
+          auto text = formatter.render(sample->input, sample->answer_prefix, sample->raw);
           if (!text) return text.status();
           json j{{"task", task},
                  {"length", length},
@@ -320,6 +322,7 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
                  {"expected", sample->expected},
                  {"metric", metric_name(sample->metric)},
                  {"source", sample->source},
+                 {"chat_template", !sample->raw},
                  {"prompt", *text}};
           prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
           prompts += '\n';

@@ -59,13 +59,15 @@ std::string eval_cell_key(const std::string& task, int64_t length, const std::st
                           double budget, int sample);
 
 // Prompts as the model reads them: the user turn of the GGUF's chat template (ChatML when the
-// file has none) with the generation prompt, then the task's answer prefix.
+// file has none) with the generation prompt, then the task's answer prefix; `raw` (RulerSample::
+// raw, lcc): the input and prefix as plain text, no template, special tokens not parsed.
 class PromptFormatter {
  public:
   static Expected<PromptFormatter> from_model(const Model& model, const Tokenizer& tok);
-  Expected<std::string> render(const std::string& input, const std::string& answer_prefix) const;
-  Expected<std::vector<int32_t>> encode(const std::string& input,
-                                        const std::string& answer_prefix) const;
+  Expected<std::string> render(const std::string& input, const std::string& answer_prefix,
+                               bool raw = false) const;
+  Expected<std::vector<int32_t>> encode(const std::string& input, const std::string& answer_prefix,
+                                        bool raw = false) const;
 
  private:
   PromptFormatter(const Tokenizer* tok, std::shared_ptr<const ChatTemplate> tmpl)

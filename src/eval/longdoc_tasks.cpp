@@ -133,7 +133,8 @@ Expected<RulerSample> lcc_sample(int64_t length, int64_t units, std::mt19937_64&
     std::string context;
     for (size_t i = first; i < t; ++i) context += lines[i] + "\n";
     RulerSample s;
-    s.input = "Please complete the code given below. \n" + context + "Next line of code:\n";
+    s.input = context;
+    s.raw = true;  // the model continues the file (longdoc_tasks.h: why not an instruction)
     s.expected = {strip_whitespace(lines[t])};
     s.haystack_units = int64_t(t - first);
     s.source = fmt::format("{}:{}", res.code_files[f], t + 1);

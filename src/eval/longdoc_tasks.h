@@ -2,11 +2,15 @@
 // built on the same RulerSample, seeds and length fitting:
 //   lcc      the next line of a real Python source file from the machine (the standard library
 //            of Debian's python3.11), after up to `length` tokens of the lines before it, in
-//            the style of LongBench's LCC (Bai et al. 2023, arXiv 2308.14508: its lcc prompt
-//            "Please complete the code given below. {context}Next line of code:", 64 new
-//            tokens; score: edit similarity of the first code line of the output, and exact
-//            match on the side). The model may have seen these files in training: the scores
-//            compare caches on the same model, not models.
+//            the style of LongBench's LCC (Bai et al. 2023, arXiv 2308.14508: 64 new tokens;
+//            score: edit similarity of the first code line of the output, and exact match on
+//            the side). The prompt is the lines alone, as plain text (RulerSample::raw), for
+//            the model to continue: LongBench's instruction ("Please complete the code given
+//            below. {context}Next line of code:") made the 0.5B coder rewrite the file in a
+//            markdown block, in a chat turn or without one (FullKV: exact match 0 of 10,
+//            edit similarity 24, the same for every variant: no signal); the lines alone gave
+//            FullKV 4 of 6 exact, similarity 91. The model may have seen these files in
+//            training: the scores compare caches on the same model, not models.
 //   doc_qa   a question about a term defined deep in a long excerpt of the haystack prose (the
 //            Jargon File): what does the document say about ':term:'?
 //   doc_sum  a two- or three-sentence summary of a long excerpt.

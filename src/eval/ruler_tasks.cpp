@@ -523,7 +523,7 @@ Expected<RulerSample> make_ruler_sample(const std::string& task, int64_t length,
     auto s = longdoc ? build_longdoc_sample(task, length, sample, base_seed, n, res)
                      : build_ruler_sample(task, length, sample, base_seed, n, res);
     if (!s) return s.status();
-    auto t = count(s->input, s->answer_prefix);
+    auto t = count(*s);
     if (!t) return t.status();
     s->prompt_tokens = *t;
     if (out) *out = std::move(*s);

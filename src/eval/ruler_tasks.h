@@ -47,11 +47,15 @@ struct RulerSample {
   int64_t haystack_units = 0;  // words, noise lines, distractor needles or list entries used
   int64_t prompt_tokens = 0;   // as counted by the PromptTokenCounter
   std::string source;          // lcc: file:line of the target; doc_qa: the term asked about
+  // The prompt as plain text, without the chat template (lcc: LongBench's pred.py feeds its
+  // code tasks, lcc and repobench-p, to chat models as is; in a chat turn an instruct model
+  // rewrites the file instead of writing its next line).
+  bool raw = false;
 };
 
-// Counts the tokens the model will read for (input, answer_prefix): chat template included.
-using PromptTokenCounter =
-    std::function<Expected<int64_t>(const std::string& input, const std::string& answer_prefix)>;
+// Counts the tokens the model will read for a sample's prompt (input, answer_prefix): the chat
+// template included unless the sample is raw.
+using PromptTokenCounter = std::function<Expected<int64_t>(const RulerSample& s)>;
 
 // The RULER tasks built here, in RULER's order: niah_single_1/2/3, niah_multikey_1/2/3,
 // niah_multivalue, niah_multiquery, vt, cwe, fwe.

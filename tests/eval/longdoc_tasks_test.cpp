@@ -15,8 +15,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // Whitespace-separated words as tokens: a stand-in for a model tokenizer.
-Expected<int64_t> count_words(const std::string& input, const std::string& prefix) {
-  std::istringstream in(input + " " + prefix);
+Expected<int64_t> count_words(const RulerSample& s) {
+  std::istringstream in(s.input + " " + s.answer_prefix);
   int64_t n = 0;
   for (std::string w; in >> w;) ++n;
   return n;
@@ -76,6 +76,7 @@ TEST(LongdocTasks, LccTargetIsTheCodeLineAfterItsContext) {
     EXPECT_LE(s->prompt_tokens + s->max_new_tokens, 600);
     EXPECT_EQ(s->max_new_tokens, 64);
     EXPECT_EQ(s->metric, RulerMetric::kEditSim);
+    EXPECT_TRUE(s->raw);  // no chat template: the model continues the file
     // The file's lines: the target is line N (source "path:N"), the context the lines before.
     const size_t colon = s->source.rfind(':');
     const int line = std::stoi(s->source.substr(colon + 1));
@@ -87,15 +88,21 @@ TEST(LongdocTasks, LccTargetIsTheCodeLineAfterItsContext) {
     EXPECT_EQ(s->expected.at(0), target.substr(target.find_first_not_of(' ')));
     EXPECT_NE(target.find_first_not_of(' '), std::string::npos);
     EXPECT_NE(target[target.find_first_not_of(' ')], '#');  // a comment is never the target
-    const std::string tail = lines[size_t(line - 2)] + "\nNext line of code:\n";
+    // The prompt is the context lines alone, ending with the line before the target.
+    const std::string tail = "\n" + lines[size_t(line - 2)] + "\n";
     EXPECT_EQ(s->input.substr(s->input.size() - tail.size()), tail);
-    EXPECT_EQ(s->input.rfind("Please complete the code given below. \n", 0), 0u);
+    EXPECT_EQ(s->input, [&] {
+      std::string c;
+      for (int i = line - 1 - int(s->haystack_units); i < line - 1; ++i)
+        c += lines[size_t(i)] + "\n";
+      return c;
+    }());
     // Deterministic, and one more line of context would not fit.
     auto again = make_ruler_sample("lcc", 600, sample, 0, res, count_words);
     EXPECT_EQ(again->input, s->input);
     auto bigger = build_longdoc_sample("lcc", 600, sample, 0, s->haystack_units + 1, res);
     ASSERT_TRUE(bigger.has_value());
-    EXPECT_GT(*count_words(bigger->input, "") + 64, 600);
+    EXPECT_GT(*count_words(*bigger) + 64, 600);
   }
   RulerResources none;
   EXPECT_FALSE(build_longdoc_sample("lcc", 600, 0, 0, 50, none).has_value());
@@ -110,6 +117,7 @@ TEST(LongdocTasks, DocQaAsksAboutAHeadwordInTheMiddleOfItsExcerpt) {
     ASSERT_TRUE(s.has_value()) << s.error();
     EXPECT_LE(s->prompt_tokens + s->max_new_tokens, 1000);
     EXPECT_EQ(s->metric, RulerMetric::kAgreeFull);
+    EXPECT_FALSE(s->raw);  // a question to a chat model: its template
     ASSERT_EQ(s->source.front(), ':');
     const size_t at = s->input.find(" " + s->source + " ");
     ASSERT_NE(at, std::string::npos) << s->source << " is not in the document";

@@ -37,8 +37,8 @@ const RulerResources& resources() {
 }
 
 // Tokens as whitespace-separated words: a stand-in for a model tokenizer.
-Expected<int64_t> count_words(const std::string& input, const std::string& prefix) {
-  std::istringstream in(input + " " + prefix);
+Expected<int64_t> count_words(const RulerSample& s) {
+  std::istringstream in(s.input + " " + s.answer_prefix);
   int64_t n = 0;
   for (std::string w; in >> w;) ++n;
   return n;
@@ -186,11 +186,12 @@ TEST(RulerTasks, FitUsesTheLargestHaystackWithinTheLength) {
     auto s = make_ruler_sample(task, length, 0, 0, resources(), count_words);
     ASSERT_TRUE(s.has_value()) << s.error();
     EXPECT_LE(s->prompt_tokens + s->max_new_tokens, length);
-    EXPECT_EQ(s->prompt_tokens, *count_words(s->input, s->answer_prefix));
+    EXPECT_EQ(s->prompt_tokens, *count_words(*s));
+    EXPECT_FALSE(s->raw);  // RULER's tasks are chat turns
     // One more unit of haystack would not fit (tokens grow with the haystack).
     auto bigger = build_ruler_sample(task, length, 0, 0, s->haystack_units + 1, resources());
     ASSERT_TRUE(bigger.has_value());
-    EXPECT_GT(*count_words(bigger->input, bigger->answer_prefix) + s->max_new_tokens, length);
+    EXPECT_GT(*count_words(*bigger) + s->max_new_tokens, length);
   }
   auto too_short = make_ruler_sample("cwe", 256, 0, 0, resources(), count_words);
   EXPECT_FALSE(too_short.has_value());
