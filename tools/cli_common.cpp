@@ -162,8 +162,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
       app.add_option("--prefill-window", p.prefill_window,
                      "with --prefill-route end on windowed caches: 0 ranks the prompt by the "
                      "cumulative attention of all its queries (Eq. 1); N > 0 by the last N queries "
-                     "only (SnapKV's observation window, w = 32 in its code)")
-          ->capture_default_str()
+                     "only (SnapKV's observation window, w = 32 in its code). Default 32 for "
+                     "qevict (chosen from the eval suite, EVALUATION.md), else 0")
           ->check(CLI::Range(0, 4096));
   if (!cache) return;
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");

@@ -43,9 +43,10 @@ struct KvCacheParams {
   // or the first decode step): the paper's own code, peak bytes = the prompt.
   std::string prefill_route = "chunk";
   // How that one "end" routing ranks windows (windowed caches): 0 = the cumulative score S̄
-  // of every prompt query (Eq. 1, what SPEC §2 makes the default); N > 0 = the attention mass
-  // the last N prompt queries put on each window only (SnapKV's observation window, w = 32 in
-  // init_snapkv, BASELINES.md), after which scores restart from that mass.
+  // of every prompt query (Eq. 1, SPEC §2); N > 0 = the attention mass the last N prompt
+  // queries put on each window only (SnapKV's observation window, w = 32 in init_snapkv,
+  // BASELINES.md), after which scores restart from that mass. The qevict registry row makes
+  // 32 the default with route "end" (chosen from the eval suite) unless the option is given.
   int prefill_window = 0;
   std::string trace_path;  // --kv-trace: JSONL record per routing event and layer
   // kvquant only: the model's calibration, one entry per layer (pre-RoPE key thresholds and

@@ -38,7 +38,7 @@ std::unique_ptr<SequenceKvCache> make(int64_t n_ctx, const std::string& policy, 
   p.budget_fraction = budget;
   p.prefill_route = route;
   KvParamsGiven given;  // the policy's own defaults for the rest (KIVI's group, H2O's Ω...)
-  given.prefill_route = true;
+  given.prefill_route = given.prefill_window = true;
   EXPECT_TRUE(apply_policy_defaults(&p, given).is_ok()) << policy;
   if (policy == "kivi") p.value_group = 16;  // KIVI's 32 is more than this head_dim
   auto c = make_kv_cache(shape(), n_ctx, p);

@@ -119,6 +119,7 @@ TEST(PrefillRouteEnd, RoutesNothingUntilThePromptEndsThenOnce) {
       KvCacheParams p = qevict_params("end", window);
       p.policy = policy;
       KvParamsGiven given;
+      given.prefill_window = true;  // 0: Eq. 1, not qevict's default window
       ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
       auto c = make(d.s, 420, p);
       ASSERT_NE(c, nullptr);
@@ -251,6 +252,32 @@ TEST(PrefillRoute, ParamsAreValidated) {
   EXPECT_FALSE(p.validate().is_ok());
   p.prefill_window = 0;
   EXPECT_TRUE(p.validate().is_ok());
+}
+
+// qevict's default ranking of the `end` routing is the last 32 queries (chosen from the eval
+// suite); a given --prefill-window, 0 (Eq. 1) included, is kept; `chunk` and the other
+// windowed policies are left at 0.
+TEST(PrefillRoute, QevictEndDefaultsToAnObservationWindowOf32) {
+  KvCacheParams p = qevict_params("end");
+  ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+  EXPECT_EQ(p.prefill_window, 32);
+  EXPECT_TRUE(p.validate().is_ok());
+  KvParamsGiven given;
+  given.prefill_window = true;
+  p = qevict_params("end", 0);
+  ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
+  EXPECT_EQ(p.prefill_window, 0);
+  p = qevict_params("end", 8);
+  ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
+  EXPECT_EQ(p.prefill_window, 8);
+  p = qevict_params("chunk");
+  ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+  EXPECT_EQ(p.prefill_window, 0);
+  EXPECT_TRUE(p.validate().is_ok());
+  p = qevict_params("end");
+  p.policy = "streaming";
+  ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+  EXPECT_EQ(p.prefill_window, 0);
 }
 
 // After a prompt-end observation window restarted the scores, --kv-score age divides a

@@ -145,6 +145,7 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
       given.window = given.local = given.q = given.bits = true;
       if (row.uses_score && rng() % 2) p.score = "age";
       if (p.prefill_route == "end" && rng() % 3 == 0) p.prefill_window = 1 + int(rng() % 8);
+      given.prefill_window = true;  // 0 too: Eq. 1 stays in the mix (qevict's default is 32)
     } else {
       p.local = 1 + int(rng() % 8);
       given.local = true;
