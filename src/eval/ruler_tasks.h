@@ -47,9 +47,8 @@ struct RulerSample {
   int64_t haystack_units = 0;  // words, noise lines, distractor needles or list entries used
   int64_t prompt_tokens = 0;   // as counted by the PromptTokenCounter
   std::string source;          // lcc: file:line of the target; doc_qa: the term asked about
-  // The prompt as plain text, without the chat template (lcc: LongBench's pred.py feeds its
-  // code tasks, lcc and repobench-p, to chat models as is; in a chat turn an instruct model
-  // rewrites the file instead of writing its next line).
+  // The prompt as plain text, without the chat template (lcc: the file's lines for the model
+  // to continue; longdoc_tasks.h says why).
   bool raw = false;
 };
 

@@ -48,6 +48,7 @@ def plot_length(rows, length, out, bands):
     markers = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(variants)}
     if bands is None:
         bands = len(variants) <= 6  # more bands than that hide the lines
+    budgets = sorted({r["budget"] for r in rows if r["budget"] > 0})
     for ax, task in zip(axes.flat, tasks):
         by = defaultdict(list)
         for r in rows:
@@ -68,8 +69,7 @@ def plot_length(rows, length, out, bands):
                                 color=colours[v], alpha=0.15)
         ax.set_title(task, fontsize=10)
         ax.set_ylim(-3, 103)
-        budgets = sorted({r["budget"] for r in rows if r["budget"] > 0})
-        if budgets and budgets[0] > 0:
+        if budgets:
             ax.set_xscale("log")  # 5 / 10 / 20 / 50 % evenly apart
             ax.set_xticks(budgets)
             ax.set_xticklabels([f"{100 * b:g}" for b in budgets])
