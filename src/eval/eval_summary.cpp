@@ -8,9 +8,11 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <tuple>
 
 #include "core/atomic_file.h"
+#include "eval/ruler_resources.h"
 #include "eval/ruler_tasks.h"
 
 namespace qevict::eval {
@@ -82,11 +84,10 @@ std::string column_name(const std::string& variant, double budget) {
 Expected<std::vector<json>> read_eval_results(const std::string& path, int64_t* n_bad) {
   std::vector<json> out;
   if (n_bad) *n_bad = 0;
-  std::ifstream in(path);
-  if (!in) {
-    if (std::filesystem::exists(path)) return Status::error(fmt::format("{}: cannot read", path));
-    return out;
-  }
+  if (!std::filesystem::exists(path)) return out;
+  auto text = read_text_file(path);  // gunzips a .gz
+  if (!text) return Status::error(fmt::format("{}: cannot read: {}", path, text.error()));
+  std::istringstream in(*text);
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -190,7 +191,15 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows) {
 
 Expected<std::string> write_eval_summary(const std::string& out_dir) {
   int64_t n_bad = 0;
-  auto res = read_eval_results(out_dir + "/results.jsonl", &n_bad);
+  std::string path = out_dir + "/results.jsonl";
+  if (!std::filesystem::exists(path)) {
+    // A fresh clone holds only the committed results.jsonl.gz: summarize that. With neither,
+    // there is nothing to summarize, and the tables a directory may hold must stay.
+    path += ".gz";
+    if (!std::filesystem::exists(path))
+      return Status::error(fmt::format("{}: no results.jsonl or results.jsonl.gz", out_dir));
+  }
+  auto res = read_eval_results(path, &n_bad);
   if (!res) return res.status();
   const auto rows = summarize(*res);
   std::string md = summary_markdown(rows);

@@ -14,8 +14,8 @@
 
 namespace qevict::eval {
 
-// The complete lines of a results file (missing file: none). A line that does not parse — the
-// tail of a run killed while writing — is skipped and counted in *n_bad.
+// The complete lines of a results file, plain or gzip (missing file: none). A line that does
+// not parse — the tail of a run killed while writing — is skipped and counted in *n_bad.
 Expected<std::vector<nlohmann::json>> read_eval_results(const std::string& path, int64_t* n_bad);
 
 struct SummaryRow {
@@ -36,7 +36,9 @@ std::string summary_csv(const std::vector<SummaryRow>& rows);
 // "mean [lo, hi] n" in percent.
 std::string summary_markdown(const std::vector<SummaryRow>& rows);
 
-// Reads DIR/results.jsonl and writes DIR/summary.csv and DIR/summary.md; returns the markdown.
+// Reads DIR/results.jsonl (or, when absent, the committed DIR/results.jsonl.gz) and writes
+// DIR/summary.csv and DIR/summary.md; returns the markdown. Neither file: an error, and the
+// summaries already there are left alone.
 Expected<std::string> write_eval_summary(const std::string& out_dir);
 
 }  // namespace qevict::eval

@@ -63,16 +63,20 @@ TEST(EvalVariants, FullRunsOnceOthersAtEveryBudget) {
 // quantizers route at the end unless told otherwise; the spec once lost to that default).
 TEST(EvalVariants, RouteInTheSpecOverridesThePolicyDefault) {
   EvalOptions o;
-  o.variants = {"snapkv", "snapkv:route=chunk", "kivi:route=chunk", "qevict", "qevict:route=end"};
+  o.variants = {"snapkv", "snapkv:route=chunk", "kivi:route=chunk",
+                "qevict", "qevict:route=chunk", "h2o"};
   o.budgets = {0.2};
   auto v = expand_variants(o);
   ASSERT_TRUE(v.has_value()) << v.error();
-  ASSERT_EQ(v->size(), 5u);
+  ASSERT_EQ(v->size(), 6u);
   EXPECT_EQ((*v)[0].params.prefill_route, "end");
   EXPECT_EQ((*v)[1].params.prefill_route, "chunk");
   EXPECT_EQ((*v)[2].params.prefill_route, "chunk");
-  EXPECT_EQ((*v)[3].params.prefill_route, "chunk");
-  EXPECT_EQ((*v)[4].params.prefill_route, "end");
+  EXPECT_EQ((*v)[3].params.prefill_route, "end");
+  EXPECT_EQ((*v)[3].params.prefill_window, 32);
+  EXPECT_EQ((*v)[4].params.prefill_route, "chunk");
+  EXPECT_EQ((*v)[4].params.prefill_window, 0);
+  EXPECT_EQ((*v)[5].params.prefill_route, "chunk");
 }
 
 TEST(EvalResults, PartialAndForeignLinesAreSkipped) {
@@ -92,6 +96,32 @@ TEST(EvalResults, PartialAndForeignLinesAreSkipped) {
   auto none = read_eval_results(dir + "/missing.jsonl", &bad);
   ASSERT_TRUE(none.has_value());
   EXPECT_TRUE(none->empty());
+  std::filesystem::remove_all(dir);
+}
+
+// A fresh clone holds only the committed results.jsonl.gz: --summary-only summarizes it. An
+// empty directory is an error that leaves the tables already there alone.
+TEST(EvalSummary, WrittenFromTheGzipWhenThePlainFileIsAbsent) {
+  const std::string dir = temp_dir("summary_gz");
+  {
+    gzFile f = gzopen((dir + "/results.jsonl.gz").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    for (int i = 0; i < 4; ++i) {
+      const std::string line = result("vt", "full", 0, i, i < 2 ? 1.0 : 0.0).dump() + "\n";
+      ASSERT_GT(gzwrite(f, line.data(), unsigned(line.size())), 0);
+    }
+    ASSERT_EQ(gzclose(f), Z_OK);
+  }
+  auto md = write_eval_summary(dir);
+  ASSERT_TRUE(md.has_value()) << md.error();
+  EXPECT_NE(md->find("| vt | 50.0"), std::string::npos) << *md;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/results.jsonl"));
+  std::filesystem::remove(dir + "/results.jsonl.gz");
+  auto none = write_eval_summary(dir);
+  EXPECT_FALSE(none.has_value());
+  auto kept = read_text_file(dir + "/summary.md");
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(*kept, *md);
   std::filesystem::remove_all(dir);
 }
 
