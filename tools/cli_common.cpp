@@ -154,9 +154,9 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
              "when budgeted caches route the prompt: chunk (after every prefill chunk; peak "
              "memory = budget + one chunk) or end (hold the whole prompt in full precision, "
              "route once when it is in; the paper's code; peak memory = the prompt). Default "
-             "chunk, but end for snapkv, pyramidkv, adakv, criticalkv, criticaladakv, "
-             "defensivekv, layer-defensivekv (their references compress the prompt once)")
-          ->capture_default_str()
+             "end (for qevict chosen from the eval suite, EVALUATION.md; the SnapKV family, "
+             "kivi and zipcache compress the prompt once in their references), but chunk for "
+             "streaming, h2o and kvquant")
           ->check(CLI::IsMember({"chunk", "end"}));
   o.prefill_window =
       app.add_option("--prefill-window", p.prefill_window,

@@ -7,7 +7,7 @@
 #
 # The tiered run compresses the prompt once it is in (--prefill-route end: the paper's route;
 # peak memory = the prompt), ranking windows by the attention of the prompt's last 32 queries
-# (the default of --prefill-window with that route, written out here): on the RULER-style
+# (qevict's defaults, written out here): on the RULER-style
 # suite this kept needles where the paper's cumulative score over all prompt queries lost
 # them (EVALUATION.md).
 # Extra arguments go to the tiered run's `qevict generate`, e.g. `--kv-budget 0.05`, or

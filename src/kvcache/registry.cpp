@@ -60,9 +60,12 @@ std::deque<PolicyInfo> built_ins() {
     r.kind = CacheKind::kWindowed;
     r.uses_score = true;
     r.apply_defaults = [](KvCacheParams* p, const KvParamsGiven& given) {
-      // --prefill-route end ranks the prompt by its last 32 queries unless told otherwise:
-      // chosen from the 4K suite (EVALUATION.md "The default scorer"), where it led the
-      // cumulative S̄ of every prompt query (Eq. 1) by 23-29 macro points at 20 / 10 / 5 %.
+      // The prompt is routed once it is in (end), ranked by its last 32 queries, unless told
+      // otherwise: chosen from the 4K suite (EVALUATION.md "The default scorer"), where the
+      // window led the cumulative S̄ of every prompt query (Eq. 1) by 23-29 macro points at
+      // 20 / 10 / 5 %, and end led chunk by 34 with it (sensitivity at 20 %). chunk stays
+      // one flag away for a peak bounded by the budget + one chunk.
+      if (!given.prefill_route) p->prefill_route = "end";
       if (p->prefill_route == "end" && !given.prefill_window) p->prefill_window = 32;
       return Status::ok();
     };

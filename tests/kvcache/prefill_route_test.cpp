@@ -217,7 +217,10 @@ TEST(PrefillRouteChunk, EndPromptHookChangesNothing) {
   for (const std::string policy : {"qevict", "h2o"}) {
     KvCacheParams p = qevict_params("chunk");
     p.policy = policy;
-    ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+    KvParamsGiven given;
+    given.prefill_route = true;
+    ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
+    ASSERT_EQ(p.prefill_route, "chunk") << policy;
     NeedleDriver da, db;
     auto a = make(da.s, 420, p), b = make(db.s, 420, p);
     for (int chunk = 0; chunk < 3; ++chunk) {
@@ -258,11 +261,13 @@ TEST(PrefillRoute, ParamsAreValidated) {
 // suite); a given --prefill-window, 0 (Eq. 1) included, is kept; `chunk` and the other
 // windowed policies are left at 0.
 TEST(PrefillRoute, QevictEndDefaultsToAnObservationWindowOf32) {
-  KvCacheParams p = qevict_params("end");
+  KvCacheParams p = qevict_params("chunk");  // the struct's own default route
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+  EXPECT_EQ(p.prefill_route, "end");  // qevict's default, chosen from the suite
   EXPECT_EQ(p.prefill_window, 32);
   EXPECT_TRUE(p.validate().is_ok());
   KvParamsGiven given;
+  given.prefill_route = true;
   given.prefill_window = true;
   p = qevict_params("end", 0);
   ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
@@ -270,10 +275,15 @@ TEST(PrefillRoute, QevictEndDefaultsToAnObservationWindowOf32) {
   p = qevict_params("end", 8);
   ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
   EXPECT_EQ(p.prefill_window, 8);
-  p = qevict_params("chunk");
-  ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+  p = qevict_params("chunk");  // chunk when asked for: Eq. 1, no window
+  ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
+  EXPECT_EQ(p.prefill_route, "chunk");
   EXPECT_EQ(p.prefill_window, 0);
   EXPECT_TRUE(p.validate().is_ok());
+  p = qevict_params("chunk");
+  p.policy = "streaming";  // the baselines keep their own routes
+  ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+  EXPECT_EQ(p.prefill_route, "chunk");
   p = qevict_params("end");
   p.policy = "streaming";
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
