@@ -68,6 +68,11 @@ struct Span {
   int n = 0;  // tokens
 };
 
+// Tokens of `sp` that a query at position qpos may see.
+inline int visible(const Span& sp, int64_t qpos) {
+  return static_cast<int>(std::min<int64_t>(sp.n, std::max<int64_t>(qpos - sp.pos0 + 1, 0)));
+}
+
 // Asks for KV head h's part of a low-bit window (one contiguous run, kv_quant.h) while the
 // current window is decoded: windows sit in pool slots in no particular order, so the
 // hardware prefetcher cannot guess the next one.
@@ -101,7 +106,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                              int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
                              float* block_ml, int64_t ml_stride) {
   const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
-  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, kwin;
+  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, kwin, qall, mscores;
   thread_local std::vector<int> off;
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
@@ -116,6 +121,18 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   const bool keys_per_window = p.qlayout && nq == 1;
   if (keys_per_window && kwin.size() < size_t(p.qlayout->window) * d)
     kwin.resize(size_t(p.qlayout->window) * d);
+  // A run of queries over 16-bit blocks only (prefill over f16/bf16 pages, the current
+  // chunk, full-tier windows) scores and accumulates all its queries' heads in one kernel
+  // call per span: every key and value row is converted once for the run instead of once per
+  // query. Each (query, head) row is computed as a lone query computes it — the same dot
+  // products and the same order of value sums; masked tokens add 0 — so the results are
+  // bit for bit those of the query-by-query loop (tested).
+  const int M = nq * g;  // (query, head) rows, row i*g + h
+  if (nq > 1) {
+    if (qall.size() < size_t(M) * d) qall.resize(size_t(M) * d);
+    for (int i = 0; i < nq; ++i)
+      std::memcpy(qall.data() + size_t(i) * g * d, q + i * ldq, sizeof(float) * size_t(g) * d);
+  }
   int64_t tok_base = 0;  // tokens of the runs before this one (token_ml units)
   for (int b0 = 0; b0 < n_blocks;) {
     // Form a run [b0, b1) and its spans.
@@ -135,6 +152,20 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
     }
     if (scores.size() < size_t(g) * run) scores.resize(size_t(g) * run);
     const int R = run;
+    bool batch = nq > 1;
+    for (int b = b0; b < b1 && batch; ++b) batch = blocks[b].k != nullptr;
+    if (batch) {
+      if (mscores.size() < size_t(M) * R) mscores.resize(size_t(M) * R);
+      for (const Span& sp : spans) {
+        const KvBlockRef& blk = blocks[sp.b];
+        const int o = off[sp.b - b0];
+        // Only the keys some query of the run may see.
+        const int n = visible(sp, qpos0 + nq - 1);
+        if (n > 0)
+          qk_scores_rows(p.dtype, qall.data(), d, M, blk.k, blk.ld, n, d, p.scale,
+                         mscores.data() + o, R);
+      }
+    }
     // Decode the run's low-bit windows once for all queries (SIMD, kernels/lowbit.h): keys
     // rotated by their in-window RoPE R(t), values as they are; and each window's R(p0),
     // which the queries carry instead (q·R(p0 + t)k = (R(p0)ᵀq)·(R(t)k)).
@@ -157,16 +188,20 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       float* si = state + size_t(i) * g * st;
       float* ml_i = block_ml ? block_ml + i * ml_stride : nullptr;
       const int64_t qpos = qpos0 + i;
+      // This query's scores, [g][R]: its rows of the run's batch, or its own.
+      float* const sc = batch ? mscores.data() + size_t(i) * g * R : scores.data();
       bool any = false;
       for (const Span& sp : spans) {
         const int o = off[sp.b - b0];
         const int n =
             static_cast<int>(std::min<int64_t>(sp.n, std::max<int64_t>(qpos - sp.pos0 + 1, 0)));
-        if (n > 0) {
+        if (n > 0 && batch) {
+          any = true;
+        } else if (n > 0) {
           any = true;
           const KvBlockRef& blk = blocks[sp.b];
           if (blk.k) {
-            qk_scores(p.dtype, qi, d, g, blk.k, blk.ld, n, d, p.scale, scores.data() + o, R);
+            qk_scores(p.dtype, qi, d, g, blk.k, blk.ld, n, d, p.scale, sc + o, R);
           } else {
             // Window by window: each has its own R(p0) for the query.
             for (int b = sp.b, ob = o; b < sp.e && ob < o + n; ob += blocks[b].n, ++b) {
@@ -181,12 +216,12 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                 qwin_keys(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, kwin.data(), d);
                 kw = kwin.data();
               }
-              qk_scores_f32(qrot.data(), d, g, kw, d, nb, d, p.scale, scores.data() + ob, R);
+              qk_scores_f32(qrot.data(), d, g, kw, d, nb, d, p.scale, sc + ob, R);
             }
           }
         }
         for (int h = 0; h < g; ++h)
-          for (int j = n; j < sp.n; ++j) scores[size_t(h) * R + o + j] = kMasked;
+          for (int j = n; j < sp.n; ++j) sc[size_t(h) * R + o + j] = kMasked;
       }
       const int used = R;  // scores[0, R) are filled (masked tokens hold kMasked)
       if (!any) {
@@ -200,10 +235,11 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
               ml[1] = 0.0f;
             }
         }
+        if (batch) std::fill(sc, sc + size_t(g) * R, 0.0f);  // adds nothing to the run's P·V
         continue;
       }
       for (int h = 0; h < g; ++h) {
-        float* sh = scores.data() + size_t(h) * R;
+        float* sh = sc + size_t(h) * R;
         float* s = si + h * st;
         const float m = max_of(sh, used);
         const float l = exp_sub_sum(sh, used, m);  // sh[j] = exp(s_j - m); masked → 0
@@ -240,13 +276,14 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         if (beta != 1.0f)
           for (int j = 0; j < used; ++j) sh[j] *= beta;
       }
+      if (batch) continue;  // P·V below, for every query of the run at once
       for (const Span& sp : spans) {
         const int o = off[sp.b - b0];
         const int n =
             static_cast<int>(std::min<int64_t>(sp.n, std::max<int64_t>(qpos - sp.pos0 + 1, 0)));
         if (n <= 0) continue;
         const KvBlockRef& blk = blocks[sp.b];
-        const float* pb = scores.data() + o;
+        const float* pb = sc + o;
         if (blk.k) {
           pv_accumulate(p.dtype, pb, R, g, blk.v, blk.ld, n, d, si + 2, st);
         } else if (pv_from_codes) {
@@ -254,12 +291,22 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
             if (b + kPrefetchAhead < b1 && !blocks[b + kPrefetchAhead].k)
               prefetch_values(*p.qlayout, blocks[b + kPrefetchAhead].qwin, p.kv_head);
             qwin_pv_accumulate(*p.qlayout, blocks[b].qwin, p.kv_head,
-                               std::min(blocks[b].n, o + n - ob), scores.data() + ob, R, g, si + 2,
-                               st);
+                               std::min(blocks[b].n, o + n - ob), sc + ob, R, g, si + 2, st);
           }
         } else {
           pv_accumulate_f32(pb, R, g, vbuf.data() + size_t(o) * d, d, n, d, si + 2, st);
         }
+      }
+    }
+    if (batch) {
+      // Row i*g + h of the probabilities is query i's head h; its state is at the same row
+      // of `state` (stride st). Tokens a query may not see have probability 0.
+      for (const Span& sp : spans) {
+        const KvBlockRef& blk = blocks[sp.b];
+        const int n = visible(sp, qpos0 + nq - 1);
+        if (n > 0)
+          pv_accumulate_rows(p.dtype, mscores.data() + off[sp.b - b0], R, M, blk.v, blk.ld, n, d,
+                             state + 2, st);
       }
     }
     b0 = b1;

@@ -34,6 +34,16 @@ void qk_scores(HalfType t, const float* q, int64_t ldq, int g, const uint16_t* k
 void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv,
                    int64_t n, int d, float* out, int64_t ldo);
 
+// The same two for many rows at once — every (query, head) pair of a prefill run: row r of
+// q is q + r*ldq, of scores scores + r*lds, of p p + r*ldp, of out out + r*ldo. Keys and
+// values are converted once for all rows and the rows share them from registers. The
+// scores sum channels in order (a few ulps from qk_scores' tree of partial sums); the value
+// sums are bit for bit pv_accumulate's with g = m.
+void qk_scores_rows(HalfType t, const float* q, int64_t ldq, int m, const uint16_t* k, int64_t ldk,
+                    int64_t n, int d, float scale, float* scores, int64_t lds);
+void pv_accumulate_rows(HalfType t, const float* p, int64_t ldp, int m, const uint16_t* v,
+                        int64_t ldv, int64_t n, int d, float* out, int64_t ldo);
+
 // The same two operations on f32 key/value rows (decoded low-bit windows).
 void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
                    int d, float scale, float* scores, int64_t lds);

@@ -166,6 +166,30 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
     }
     EXPECT_EQ(o1[0], out0[0]);
     EXPECT_EQ(o1[g * ldo + 1], out0[g * ldo + 1]);
+
+    // The many-row kernels (a prefill run's (query, head) rows, here the g heads): scores
+    // within the same bound of the reference, nothing written outside the rows; value sums
+    // bit for bit pv_accumulate's.
+    std::vector<float> rows(g * lds + 2, kSentinel);
+    qk_scores_rows(t, q.data() + 1, ldq, g, k.data() + 1, ldk, n, d, 0.125f, rows.data() + 1, lds);
+    for (int h = 0; h < g; ++h) {
+      std::vector<double> scale(n);
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int c = 0; c < d; ++c)
+          s += std::fabs(q[1 + h * ldq + c] * ref::half_to_float(t, k[1 + j * ldk + c]));
+        scale[j] = 0.125 * s + 1e-30;
+      }
+      expect_close(rows.data() + 1 + h * lds, want.data() + h * lds, scale, n, 4.0 * d * 1.2e-7,
+                   "qk_scores_rows");
+      for (int64_t j = n; j < lds; ++j)
+        if (h + 1 < g || j == n) ASSERT_EQ(rows[1 + h * lds + j], kSentinel) << h << " " << j;
+    }
+    EXPECT_EQ(rows[0], kSentinel);
+    std::vector<float> o3(out0);
+    pv_accumulate_rows(t, p.data() + 1, lds, g, v.data() + 1, ldk, n, d, o3.data() + 1, ldo);
+    for (size_t i = 0; i < o3.size(); ++i)
+      ASSERT_EQ(f32_to_bits(o3[i]), f32_to_bits(o1[i])) << "pv_accumulate_rows index " << i;
   }
 }
 

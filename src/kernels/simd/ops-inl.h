@@ -319,6 +319,155 @@ inline float SoftmaxImpl(float* x, int64_t n) {
   return mx;
 }
 
+// Many query rows (a prefill run's (query, head) pairs) against 16-bit keys. Keys are
+// converted and transposed once per block of 2N into kt[c][2N], so each channel c costs
+// two vector loads for all RB rows, whose q[c] are broadcast: 2·RB multiply-adds per
+// 2 + RB loads, where the per-row kernels above load a key vector for every multiply-add.
+// Each score sums its channels in order (c = 0, 1, …), one rounding per product.
+template <int RB>
+HWY_INLINE void QkRowsBlock(const float* q, int64_t ldq, const float* kt, int d, float scale,
+                            float* s, int64_t lds, int nt) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  hn::Vec<decltype(df)> a0[RB], a1[RB];
+  for (int r = 0; r < RB; ++r) a0[r] = a1[r] = hn::Zero(df);
+  for (int c = 0; c < d; ++c) {
+    const auto k0 = hn::LoadU(df, kt + size_t(c) * 2 * N);
+    const auto k1 = hn::LoadU(df, kt + size_t(c) * 2 * N + N);
+    for (int r = 0; r < RB; ++r) {
+      const auto qb = hn::Set(df, q[r * ldq + c]);
+      a0[r] = hn::MulAdd(qb, k0, a0[r]);
+      a1[r] = hn::MulAdd(qb, k1, a1[r]);
+    }
+  }
+  const auto vs = hn::Set(df, scale);
+  HWY_ALIGN float tmp[2 * hn::MaxLanes(df)];
+  for (int r = 0; r < RB; ++r) {
+    float* sr = s + r * lds;
+    if (nt == 2 * N) {
+      hn::StoreU(hn::Mul(a0[r], vs), df, sr);
+      hn::StoreU(hn::Mul(a1[r], vs), df, sr + N);
+    } else {
+      hn::Store(hn::Mul(a0[r], vs), df, tmp);
+      hn::Store(hn::Mul(a1[r], vs), df, tmp + N);
+      for (int t = 0; t < nt; ++t) sr[t] = tmp[t];
+    }
+  }
+}
+
+inline void QkScoresRows(bool f16, const float* q, int64_t ldq, int m, const uint16_t* k,
+                         int64_t ldk, int64_t n, int d, float scale, float* s, int64_t lds) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const int dv = d / N * N;
+  constexpr int RB = 8;  // rows per block: 16 accumulators of 32 vector registers (AVX-512)
+  thread_local std::vector<float> kt_buf;
+  thread_local std::vector<float> row;
+  if (kt_buf.size() < size_t(d) * 2 * N) kt_buf.resize(size_t(d) * 2 * N);
+  if (row.size() < size_t(d)) row.resize(size_t(d));
+  float* kt = kt_buf.data();
+  for (int64_t j0 = 0; j0 < n; j0 += 2 * N) {
+    const int nt = static_cast<int>(n - j0 < 2 * N ? n - j0 : 2 * N);
+    for (int t = 0; t < 2 * N; ++t) {
+      if (t >= nt) {  // padding: zero keys, scores not stored
+        for (int c = 0; c < d; ++c) kt[size_t(c) * 2 * N + t] = 0.0f;
+        continue;
+      }
+      const uint16_t* src = k + (j0 + t) * ldk;
+      for (int c = 0; c < dv; c += N) hn::StoreU(LoadHalf(df, f16, src + c), df, row.data() + c);
+      for (int c = dv; c < d; ++c) row[c] = HalfScalar(f16, src[c]);
+      for (int c = 0; c < d; ++c) kt[size_t(c) * 2 * N + t] = row[c];
+    }
+    int r0 = 0;
+    for (; r0 + RB <= m; r0 += RB)
+      QkRowsBlock<RB>(q + r0 * ldq, ldq, kt, d, scale, s + r0 * lds + j0, lds, nt);
+    if (r0 < m) {
+      WithGroupSize(m - r0, [&](auto G) {
+        QkRowsBlock<decltype(G)::value>(q + r0 * ldq, ldq, kt, d, scale, s + r0 * lds + j0, lds,
+                                        nt);
+      });
+    }
+  }
+}
+
+// Many probability rows against 16-bit values: out[r·ldo + c] += Σ_j p[r·ldp + j]·v_j[c].
+// Value rows are converted once per block of kPvRows for all rows; RB rows × NV vectors of
+// channels accumulate in registers. Each output sums its terms in the order of
+// PvAccumulate (from out, j = 0, 1, … one multiply-add each; the channels past the last full
+// vector as a separate sum added at the end), so the results are bit for bit PvAccumulate's.
+template <int RB, int NV>
+HWY_INLINE void PvRowsBlock(const float* p, int64_t ldp, const float* vf, int d, int nj, float* out,
+                            int64_t ldo) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  hn::Vec<decltype(df)> acc[RB][NV];
+  for (int r = 0; r < RB; ++r)
+    for (int x = 0; x < NV; ++x) acc[r][x] = hn::LoadU(df, out + r * ldo + x * N);
+  for (int j = 0; j < nj; ++j) {
+    hn::Vec<decltype(df)> vv[NV];
+    for (int x = 0; x < NV; ++x) vv[x] = hn::LoadU(df, vf + size_t(j) * d + x * N);
+    for (int r = 0; r < RB; ++r) {
+      const auto pb = hn::Set(df, p[r * ldp + j]);
+      for (int x = 0; x < NV; ++x) acc[r][x] = hn::MulAdd(pb, vv[x], acc[r][x]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int x = 0; x < NV; ++x) hn::StoreU(acc[r][x], df, out + r * ldo + x * N);
+}
+
+template <int NV>
+HWY_INLINE void PvRowsChannels(const float* p, int64_t ldp, int m, const float* vf, int d, int nj,
+                               float* out, int64_t ldo) {
+  constexpr int RB = 4;  // 4 rows × up to 4 vectors: 16 accumulators
+  int r0 = 0;
+  for (; r0 + RB <= m; r0 += RB)
+    PvRowsBlock<RB, NV>(p + r0 * ldp, ldp, vf, d, nj, out + r0 * ldo, ldo);
+  for (; r0 < m; ++r0) PvRowsBlock<1, NV>(p + r0 * ldp, ldp, vf, d, nj, out + r0 * ldo, ldo);
+}
+
+inline void PvAccumulateRows(bool f16, const float* p, int64_t ldp, int m, const uint16_t* v,
+                             int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
+  const hn::ScalableTag<float> df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  const int dv = d / N * N;
+  constexpr int kPvRows = 64;
+  thread_local std::vector<float> vbuf;
+  if (vbuf.size() < size_t(kPvRows) * d) vbuf.resize(size_t(kPvRows) * d);
+  for (int64_t j0 = 0; j0 < n; j0 += kPvRows) {
+    const int nj = static_cast<int>(n - j0 < kPvRows ? n - j0 : kPvRows);
+    for (int t = 0; t < nj; ++t)
+      for (int c = 0; c < dv; c += N)
+        hn::StoreU(LoadHalf(df, f16, v + (j0 + t) * ldv + c), df, vbuf.data() + size_t(t) * d + c);
+    const float* pj = p + j0;
+    for (int c0 = 0; c0 < dv; c0 += 4 * N) {
+      const int nv = (dv - c0) / N < 4 ? (dv - c0) / N : 4;
+      const float* vf = vbuf.data() + c0;
+      float* o = out + c0;
+      switch (nv) {
+        case 1:
+          PvRowsChannels<1>(pj, ldp, m, vf, d, nj, o, ldo);
+          break;
+        case 2:
+          PvRowsChannels<2>(pj, ldp, m, vf, d, nj, o, ldo);
+          break;
+        case 3:
+          PvRowsChannels<3>(pj, ldp, m, vf, d, nj, o, ldo);
+          break;
+        default:
+          PvRowsChannels<4>(pj, ldp, m, vf, d, nj, o, ldo);
+          break;
+      }
+    }
+  }
+  // Channels past the last full vector: PvBlock's scalar tail, term by term in the same order.
+  for (int c = dv; c < d; ++c)
+    for (int r = 0; r < m; ++r) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < n; ++j) acc += p[r * ldp + j] * HalfScalar(f16, v[j * ldv + c]);
+      out[r * ldo + c] += acc;
+    }
+}
+
 // Wrappers with plain signatures for HWY_EXPORT.
 inline void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   RmsNormImpl(x, w, y, n, eps);

@@ -23,6 +23,8 @@ HWY_EXPORT(MaxOf);
 HWY_EXPORT(QkScoresF32);
 HWY_EXPORT(PvAccumulateF32);
 HWY_EXPORT(ExpSubSum);
+HWY_EXPORT(QkScoresRows);
+HWY_EXPORT(PvAccumulateRows);
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   HWY_DYNAMIC_DISPATCH(RmsNorm)(x, w, y, n, eps);
@@ -54,6 +56,15 @@ void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t l
 void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64_t ldv, int64_t n,
                        int d, float* out, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(PvAccumulateF32)(p, ldp, g, v, ldv, n, d, out, ldo);
+}
+void qk_scores_rows(HalfType t, const float* q, int64_t ldq, int m, const uint16_t* k, int64_t ldk,
+                    int64_t n, int d, float scale, float* scores, int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(QkScoresRows)
+  (t == HalfType::kF16, q, ldq, m, k, ldk, n, d, scale, scores, lds);
+}
+void pv_accumulate_rows(HalfType t, const float* p, int64_t ldp, int m, const uint16_t* v,
+                        int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(PvAccumulateRows)(t == HalfType::kF16, p, ldp, m, v, ldv, n, d, out, ldo);
 }
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
