@@ -68,11 +68,6 @@ struct Span {
   int n = 0;  // tokens
 };
 
-// Tokens of `sp` that a query at position qpos may see.
-inline int visible(const Span& sp, int64_t qpos) {
-  return static_cast<int>(std::min<int64_t>(sp.n, std::max<int64_t>(qpos - sp.pos0 + 1, 0)));
-}
-
 // Asks for KV head h's part of a low-bit window (one contiguous run, kv_quant.h) while the
 // current window is decoded: windows sit in pool slots in no particular order, so the
 // hardware prefetcher cannot guess the next one.
@@ -108,6 +103,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
   thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, kwin, qall, mscores;
   thread_local std::vector<int> off;
+  thread_local std::vector<const uint16_t*> krows, vrows;
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
   if (qrot.size() < size_t(g) * d) qrot.resize(size_t(g) * d);
@@ -154,17 +150,26 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
     const int R = run;
     bool batch = nq > 1;
     for (int b = b0; b < b1 && batch; ++b) batch = blocks[b].k != nullptr;
+    int n_rows = 0;  // the run's tokens up to the last one any query sees
     if (batch) {
       if (mscores.size() < size_t(M) * R) mscores.resize(size_t(M) * R);
-      for (const Span& sp : spans) {
-        const KvBlockRef& blk = blocks[sp.b];
-        const int o = off[sp.b - b0];
-        // Only the keys some query of the run may see.
-        const int n = visible(sp, qpos0 + nq - 1);
-        if (n > 0)
-          qk_scores_rows(p.dtype, qall.data(), d, M, blk.k, blk.ld, n, d, p.scale,
-                         mscores.data() + o, R);
+      krows.resize(size_t(R));
+      vrows.resize(size_t(R));
+      // The rows of every block of the run, in run order, as one list: one kernel call for
+      // the run however its blocks lie in memory. Tokens no query sees are null (zero rows;
+      // every query masks them).
+      for (int b = b0; b < b1; ++b) {
+        const KvBlockRef& blk = blocks[b];
+        const int o = off[b - b0], n = visible(blk, qpos0 + nq - 1);
+        for (int j = 0; j < blk.n; ++j) {
+          krows[o + j] = j < n ? blk.k + j * blk.ld : nullptr;
+          vrows[o + j] = j < n ? blk.v + j * blk.ld : nullptr;
+        }
+        if (n > 0) n_rows = o + n;
       }
+      if (n_rows > 0)
+        qk_scores_rows(p.dtype, qall.data(), d, M, krows.data(), n_rows, d, p.scale, mscores.data(),
+                       R);
     }
     // Decode the run's low-bit windows once for all queries (SIMD, kernels/lowbit.h): keys
     // rotated by their in-window RoPE R(t), values as they are; and each window's R(p0),
@@ -298,16 +303,10 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         }
       }
     }
-    if (batch) {
+    if (batch && n_rows > 0) {
       // Row i*g + h of the probabilities is query i's head h; its state is at the same row
       // of `state` (stride st). Tokens a query may not see have probability 0.
-      for (const Span& sp : spans) {
-        const KvBlockRef& blk = blocks[sp.b];
-        const int n = visible(sp, qpos0 + nq - 1);
-        if (n > 0)
-          pv_accumulate_rows(p.dtype, mscores.data() + off[sp.b - b0], R, M, blk.v, blk.ld, n, d,
-                             state + 2, st);
-      }
+      pv_accumulate_rows(p.dtype, mscores.data(), R, M, vrows.data(), n_rows, d, state + 2, st);
     }
     b0 = b1;
     tok_base += R;

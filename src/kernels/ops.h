@@ -34,15 +34,18 @@ void qk_scores(HalfType t, const float* q, int64_t ldq, int g, const uint16_t* k
 void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_t* v, int64_t ldv,
                    int64_t n, int d, float* out, int64_t ldo);
 
-// The same two for many rows at once — every (query, head) pair of a prefill run: row r of
-// q is q + r*ldq, of scores scores + r*lds, of p p + r*ldp, of out out + r*ldo. Keys and
-// values are converted once for all rows and the rows share them from registers. The
-// scores sum channels in order (a few ulps from qk_scores' tree of partial sums); the value
-// sums are bit for bit pv_accumulate's with g = m.
-void qk_scores_rows(HalfType t, const float* q, int64_t ldq, int m, const uint16_t* k, int64_t ldk,
+// The same two for many rows at once — every (query, head) pair of a prefill run — over key
+// and value rows given by pointers (k[j], v[j]: head_dim halfs each; null: a row of zeros),
+// so a run of blocks scattered in memory (8-token windows in pool slots) is one call. Row r
+// of q is q + r*ldq, of scores scores + r*lds, of p p + r*ldp, of out out + r*ldo. Keys and
+// values are converted once for all rows and the rows share them from registers. The scores
+// sum channels in order (a few ulps from qk_scores' tree of partial sums); the value sums
+// are bit for bit pv_accumulate's with g = m over the same rows (channels past the last full
+// SIMD vector: one sum over all n rows, added at the end).
+void qk_scores_rows(HalfType t, const float* q, int64_t ldq, int m, const uint16_t* const* k,
                     int64_t n, int d, float scale, float* scores, int64_t lds);
-void pv_accumulate_rows(HalfType t, const float* p, int64_t ldp, int m, const uint16_t* v,
-                        int64_t ldv, int64_t n, int d, float* out, int64_t ldo);
+void pv_accumulate_rows(HalfType t, const float* p, int64_t ldp, int m, const uint16_t* const* v,
+                        int64_t n, int d, float* out, int64_t ldo);
 
 // The same two operations on f32 key/value rows (decoded low-bit windows).
 void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,

@@ -170,8 +170,11 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
     // The many-row kernels (a prefill run's (query, head) rows, here the g heads): scores
     // within the same bound of the reference, nothing written outside the rows; value sums
     // bit for bit pv_accumulate's.
+    // Rows by pointer, and a null row (a zero key) past them.
+    std::vector<const uint16_t*> kp(n + 1, nullptr), vp(n, nullptr);
+    for (int64_t j = 0; j < n; ++j) kp[j] = k.data() + 1 + j * ldk;
     std::vector<float> rows(g * lds + 2, kSentinel);
-    qk_scores_rows(t, q.data() + 1, ldq, g, k.data() + 1, ldk, n, d, 0.125f, rows.data() + 1, lds);
+    qk_scores_rows(t, q.data() + 1, ldq, g, kp.data(), n + 1, d, 0.125f, rows.data() + 1, lds);
     for (int h = 0; h < g; ++h) {
       std::vector<double> scale(n);
       for (int64_t j = 0; j < n; ++j) {
@@ -182,12 +185,13 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
       }
       expect_close(rows.data() + 1 + h * lds, want.data() + h * lds, scale, n, 4.0 * d * 1.2e-7,
                    "qk_scores_rows");
-      for (int64_t j = n; j < lds; ++j)
-        if (h + 1 < g || j == n) ASSERT_EQ(rows[1 + h * lds + j], kSentinel) << h << " " << j;
+      ASSERT_EQ(rows[1 + h * lds + n], 0.0f) << "the null row scores 0, head " << h;
+      ASSERT_EQ(rows[1 + h * lds + n + 1], kSentinel) << "head " << h;
     }
     EXPECT_EQ(rows[0], kSentinel);
     std::vector<float> o3(out0);
-    pv_accumulate_rows(t, p.data() + 1, lds, g, v.data() + 1, ldk, n, d, o3.data() + 1, ldo);
+    for (int64_t j = 0; j < n; ++j) vp[j] = v.data() + 1 + j * ldk;
+    pv_accumulate_rows(t, p.data() + 1, lds, g, vp.data(), n, d, o3.data() + 1, ldo);
     for (size_t i = 0; i < o3.size(); ++i)
       ASSERT_EQ(f32_to_bits(o3[i]), f32_to_bits(o1[i])) << "pv_accumulate_rows index " << i;
   }

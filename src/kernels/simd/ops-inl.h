@@ -319,7 +319,8 @@ inline float SoftmaxImpl(float* x, int64_t n) {
   return mx;
 }
 
-// Many query rows (a prefill run's (query, head) pairs) against 16-bit keys. Keys are
+// Many query rows (a prefill run's (query, head) pairs) against 16-bit key rows given by
+// pointers (the run's blocks need not be contiguous; null: a zero row). Keys are
 // converted and transposed once per block of 2N into kt[c][2N], so each channel c costs
 // two vector loads for all RB rows, whose q[c] are broadcast: 2·RB multiply-adds per
 // 2 + RB loads, where the per-row kernels above load a key vector for every multiply-add.
@@ -355,8 +356,8 @@ HWY_INLINE void QkRowsBlock(const float* q, int64_t ldq, const float* kt, int d,
   }
 }
 
-inline void QkScoresRows(bool f16, const float* q, int64_t ldq, int m, const uint16_t* k,
-                         int64_t ldk, int64_t n, int d, float scale, float* s, int64_t lds) {
+inline void QkScoresRows(bool f16, const float* q, int64_t ldq, int m, const uint16_t* const* k,
+                         int64_t n, int d, float scale, float* s, int64_t lds) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
   const int dv = d / N * N;
@@ -369,11 +370,11 @@ inline void QkScoresRows(bool f16, const float* q, int64_t ldq, int m, const uin
   for (int64_t j0 = 0; j0 < n; j0 += 2 * N) {
     const int nt = static_cast<int>(n - j0 < 2 * N ? n - j0 : 2 * N);
     for (int t = 0; t < 2 * N; ++t) {
-      if (t >= nt) {  // padding: zero keys, scores not stored
+      const uint16_t* src = t < nt ? k[j0 + t] : nullptr;
+      if (src == nullptr) {  // padding or a row not given: zero keys
         for (int c = 0; c < d; ++c) kt[size_t(c) * 2 * N + t] = 0.0f;
         continue;
       }
-      const uint16_t* src = k + (j0 + t) * ldk;
       for (int c = 0; c < dv; c += N) hn::StoreU(LoadHalf(df, f16, src + c), df, row.data() + c);
       for (int c = dv; c < d; ++c) row[c] = HalfScalar(f16, src[c]);
       for (int c = 0; c < d; ++c) kt[size_t(c) * 2 * N + t] = row[c];
@@ -390,7 +391,8 @@ inline void QkScoresRows(bool f16, const float* q, int64_t ldq, int m, const uin
   }
 }
 
-// Many probability rows against 16-bit values: out[r·ldo + c] += Σ_j p[r·ldp + j]·v_j[c].
+// Many probability rows against 16-bit value rows given by pointers (null: a zero row):
+// out[r·ldo + c] += Σ_j p[r·ldp + j]·v_j[c].
 // Value rows are converted once per block of kPvRows for all rows; RB rows × NV vectors of
 // channels accumulate in registers. Each output sums its terms in the order of
 // PvAccumulate (from out, j = 0, 1, … one multiply-add each; the channels past the last full
@@ -425,8 +427,8 @@ HWY_INLINE void PvRowsChannels(const float* p, int64_t ldp, int m, const float* 
   for (; r0 < m; ++r0) PvRowsBlock<1, NV>(p + r0 * ldp, ldp, vf, d, nj, out + r0 * ldo, ldo);
 }
 
-inline void PvAccumulateRows(bool f16, const float* p, int64_t ldp, int m, const uint16_t* v,
-                             int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
+inline void PvAccumulateRows(bool f16, const float* p, int64_t ldp, int m, const uint16_t* const* v,
+                             int64_t n, int d, float* out, int64_t ldo) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
   const int dv = d / N * N;
@@ -435,9 +437,12 @@ inline void PvAccumulateRows(bool f16, const float* p, int64_t ldp, int m, const
   if (vbuf.size() < size_t(kPvRows) * d) vbuf.resize(size_t(kPvRows) * d);
   for (int64_t j0 = 0; j0 < n; j0 += kPvRows) {
     const int nj = static_cast<int>(n - j0 < kPvRows ? n - j0 : kPvRows);
-    for (int t = 0; t < nj; ++t)
+    for (int t = 0; t < nj; ++t) {
+      float* dst = vbuf.data() + size_t(t) * d;
+      const uint16_t* src = v[j0 + t];
       for (int c = 0; c < dv; c += N)
-        hn::StoreU(LoadHalf(df, f16, v + (j0 + t) * ldv + c), df, vbuf.data() + size_t(t) * d + c);
+        hn::StoreU(src ? LoadHalf(df, f16, src + c) : hn::Zero(df), df, dst + c);
+    }
     const float* pj = p + j0;
     for (int c0 = 0; c0 < dv; c0 += 4 * N) {
       const int nv = (dv - c0) / N < 4 ? (dv - c0) / N : 4;
@@ -463,7 +468,8 @@ inline void PvAccumulateRows(bool f16, const float* p, int64_t ldp, int m, const
   for (int c = dv; c < d; ++c)
     for (int r = 0; r < m; ++r) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < n; ++j) acc += p[r * ldp + j] * HalfScalar(f16, v[j * ldv + c]);
+      for (int64_t j = 0; j < n; ++j)
+        if (v[j]) acc += p[r * ldp + j] * HalfScalar(f16, v[j][c]);
       out[r * ldo + c] += acc;
     }
 }

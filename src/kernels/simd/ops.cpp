@@ -57,14 +57,13 @@ void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64
                        int d, float* out, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(PvAccumulateF32)(p, ldp, g, v, ldv, n, d, out, ldo);
 }
-void qk_scores_rows(HalfType t, const float* q, int64_t ldq, int m, const uint16_t* k, int64_t ldk,
+void qk_scores_rows(HalfType t, const float* q, int64_t ldq, int m, const uint16_t* const* k,
                     int64_t n, int d, float scale, float* scores, int64_t lds) {
-  HWY_DYNAMIC_DISPATCH(QkScoresRows)
-  (t == HalfType::kF16, q, ldq, m, k, ldk, n, d, scale, scores, lds);
+  HWY_DYNAMIC_DISPATCH(QkScoresRows)(t == HalfType::kF16, q, ldq, m, k, n, d, scale, scores, lds);
 }
-void pv_accumulate_rows(HalfType t, const float* p, int64_t ldp, int m, const uint16_t* v,
-                        int64_t ldv, int64_t n, int d, float* out, int64_t ldo) {
-  HWY_DYNAMIC_DISPATCH(PvAccumulateRows)(t == HalfType::kF16, p, ldp, m, v, ldv, n, d, out, ldo);
+void pv_accumulate_rows(HalfType t, const float* p, int64_t ldp, int m, const uint16_t* const* v,
+                        int64_t n, int d, float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(PvAccumulateRows)(t == HalfType::kF16, p, ldp, m, v, n, d, out, ldo);
 }
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
