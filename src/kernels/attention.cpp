@@ -313,6 +313,87 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   }
 }
 
+namespace {
+
+// attend_blocks' masses per token over 16-bit blocks: mass[u] += Σ exp(s − M) / L over the
+// tile's queries and each KV head's query heads, (M, L) every (query, head)'s final softmax
+// max and sum (gml, [query][KV head][g][2]), s the score recomputed by qk_scores_rows — what
+// the attention computed for runs of queries, so exp(s − M) ≤ 1. Work is split over the pool
+// by (head, chunk of units) when heads write their own masses, else by chunk; each unit sums
+// its terms in one fixed order (heads, queries, query heads), so the result does not depend
+// on the threads. Queries before a chunk's first position skip it.
+void token_masses(const FusedAttnParams& fp, int H, const float* q, int64_t ldq, int64_t n_q,
+                  int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
+                  const int64_t* unit_off, const float* gml, double* mass, MassLayout layout,
+                  ThreadPool& pool) {
+  const int g = fp.group, d = fp.head_dim;
+  // Every head's tokens in unit order: key row and position.
+  const int64_t n_units = unit_off[head_off[H]];
+  thread_local std::vector<const uint16_t*> tok_k;
+  thread_local std::vector<int64_t> tok_pos;
+  tok_k.resize(size_t(n_units));
+  tok_pos.resize(size_t(n_units));
+  for (int64_t b = 0; b < head_off[H]; ++b)
+    for (int j = 0; j < blocks[b].n; ++j) {
+      tok_k[unit_off[b] + j] = blocks[b].k + j * blocks[b].ld;
+      tok_pos[unit_off[b] + j] = blocks[b].pos0 + j;
+    }
+  const bool per_head = layout == MassLayout::kPerHeadBlock;
+  int64_t nu_max = 0;
+  for (int h = 0; h < H; ++h)
+    nu_max = std::max(nu_max, unit_off[head_off[h + 1]] - unit_off[head_off[h]]);
+  constexpr int64_t kChunk = 256, kQ = 16;
+  const int64_t chunks = (nu_max + kChunk - 1) / kChunk;
+  const int64_t tasks = per_head ? H * chunks : chunks;
+  const uint16_t* const* tk = tok_k.data();
+  const int64_t* tp = tok_pos.data();
+  pool.parallel_for(tasks, 1, [&](int64_t k0, int64_t k1) {
+    thread_local std::vector<float> qrows, S;
+    thread_local std::vector<double> acc;
+    qrows.resize(size_t(kQ) * g * d);
+    S.resize(size_t(kQ) * g * kChunk);
+    acc.resize(size_t(kChunk));
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t c = k % chunks;
+      const int h_lo = per_head ? int(k / chunks) : 0, h_hi = per_head ? h_lo + 1 : H;
+      for (int h = h_lo; h < h_hi; ++h) {
+        const int64_t u0 = unit_off[head_off[h]], nu = unit_off[head_off[h + 1]] - u0;
+        const int64_t b0 = c * kChunk, b1 = std::min(nu, b0 + kChunk);
+        if (b0 >= b1) continue;
+        const int n = int(b1 - b0);
+        const int64_t* pos = tp + u0 + b0;  // ascending: blocks are in position order
+        std::fill(acc.begin(), acc.begin() + n, 0.0);
+        for (int64_t t0 = std::max<int64_t>(0, pos[0] - qpos0); t0 < n_q; t0 += kQ) {
+          const int nq = int(std::min(kQ, n_q - t0));
+          for (int i = 0; i < nq; ++i)
+            std::memcpy(qrows.data() + size_t(i) * g * d, q + (t0 + i) * ldq + size_t(h) * g * d,
+                        sizeof(float) * size_t(g) * d);
+          // Tokens past the group's last query are seen by none of it.
+          const int n_any = int(std::upper_bound(pos, pos + n, qpos0 + t0 + nq - 1) - pos);
+          qk_scores_rows(fp.dtype, qrows.data(), d, nq * g, tk + u0 + b0, n_any, d, fp.scale,
+                         S.data(), kChunk);
+          for (int i = 0; i < nq; ++i) {
+            const int64_t qpos = qpos0 + t0 + i;
+            const int nv = int(std::upper_bound(pos, pos + n_any, qpos) - pos);
+            if (nv == 0) continue;
+            const float* ml = gml + (size_t(t0 + i) * H + h) * g * 2;
+            for (int j = 0; j < g; ++j) {
+              const float M = ml[2 * j], L = ml[2 * j + 1];
+              if (!(L > 0.0f)) continue;
+              exp_scale_accumulate(S.data() + size_t(i * g + j) * kChunk, nv, M, 1.0f / L,
+                                   acc.data());
+            }
+          }
+        }
+        double* mh = per_head ? mass + u0 + b0 : mass + b0;
+        for (int u = 0; u < n; ++u) mh[u] += acc[u];
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, int64_t ldq,
                    int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
                    float* out, double* mass, MassLayout layout, BlockAttnScratch& sc,
@@ -332,9 +413,16 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
   // low-bit window; segments split the blocks only when runs × heads are too few for the
   // threads (decode).
   constexpr int64_t kRun = 16;
+  // Token masses over 16-bit blocks only (a prompt's per-token scores): computed directly
+  // from each query's final (M, L) after the attention (token_masses), not from a (m, l) per
+  // query, head and token written during it — n_q × tokens × g pairs, the bulk of the work
+  // at long context.
+  bool direct = mass && fp.token_ml;
+  for (int64_t b = 0; b < n_blocks && direct; ++b) direct = blocks[b].k != nullptr;
+  const bool use_ml = mass && !direct;
   const int64_t ml_tok = unit_off[n_blocks] * g * 2;  // block_ml floats per query token
   const int64_t T =
-      mass ? std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(ml_tok, 1), 1, n_q) : n_q;
+      use_ml ? std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(ml_tok, 1), 1, n_q) : n_q;
   for (int64_t t0 = 0; t0 < n_q; t0 += T) {
     const int64_t tn = std::min(T, n_q - t0);
     const int64_t runs = (tn + kRun - 1) / kRun;
@@ -342,8 +430,8 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
     const int64_t segs =
         std::clamp<int64_t>((kTargetTasks + base - 1) / base, 1, std::max<int64_t>(nb_max, 1));
     sc.parts.resize(size_t(tn * H * segs) * g * st);  // [token][head][seg][g][st]
-    if (mass) sc.block_ml.resize(size_t(tn) * ml_tok);
-    float* block_ml = mass ? sc.block_ml.data() : nullptr;
+    if (use_ml) sc.block_ml.resize(size_t(tn) * ml_tok);
+    float* block_ml = use_ml ? sc.block_ml.data() : nullptr;
     pool.parallel_for(base * segs, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t task = b0; task < b1; ++task) {
         const int64_t s = task % segs, h = (task / segs) % H, r = task / segs / H;
@@ -375,6 +463,11 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
                    int64_t(g) * st, g, d, out + (t0 + t) * ldq + h * g * d,
                    sc.gml.data() + (size_t(t) * H + h) * g * 2);
     if (!mass) continue;
+    if (direct) {
+      token_masses(fp, H, q + t0 * ldq, ldq, tn, qpos0 + t0, blocks, head_off, unit_off.data(),
+                   sc.gml.data(), mass, layout, pool);
+      continue;
+    }
     // Block (m_b, l_b) into masses, m_b += l_b · exp(m_b − M) / L (attn_block_mass), each
     // unit's terms added in the order of its queries, heads and query heads. Units are split
     // over the pool (a unit's sum does not depend on the split); the innermost loop walks

@@ -60,6 +60,8 @@ float softmax_inplace(float* x, int64_t n);
 float max_of(const float* x, int64_t n);
 // x[i] = exp(x[i] - m) in place; returns the sum of the new values (online-softmax step).
 float exp_sub_sum(float* x, int64_t n, float m);
+// acc[i] += exp(s[i] - m) * inv for i < n (probabilities added to double masses).
+void exp_scale_accumulate(const float* s, int64_t n, float m, float inv, double* acc);
 
 // Name of the SIMD target the dispatcher chose (for logs and benchmarks).
 const char* simd_target_name();

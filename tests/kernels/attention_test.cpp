@@ -246,72 +246,77 @@ TEST(FusedAttentionMulti, RunOver16BitBlocksEqualsSingleQueries) {
   }
 }
 
-// attend_blocks' masses per token (token_ml) over more units than one merge chunk (512),
-// both layouts, against a direct double-precision softmax; and the same bits with 1 and 2
-// threads (the merge splits units over the pool).
+// attend_blocks' masses per token (token_ml) over more units than one chunk (256) and one
+// merge chunk (512), both layouts, against a direct double-precision softmax; and the same
+// bits with 1 and 2 threads (units are split over the pool). Queries at the end (decode-like)
+// and a prompt's worth in the middle: more than one group of 16, tokens past every query,
+// chunks that start after some queries.
 TEST(AttendBlocks, TokenMassesMatchDirectSoftmaxAndDoNotDependOnThreads) {
-  const int H = 2, g = 3, d = 16;
-  const int64_t n = 1100, n_q = 6, qpos0 = n - n_q;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<uint16_t> hk(size_t(H) * n * d), hv(hk.size());
-  for (auto& x : hk) x = ref::float_to_half(HalfType::kF16, dist(rng));
-  for (auto& x : hv) x = ref::float_to_half(HalfType::kF16, dist(rng));
-  // Head h: one block of 700 tokens and one of 400 (positions follow each other).
-  std::vector<KvBlockRef> blocks;
-  std::vector<int64_t> head_off{0};
-  for (int h = 0; h < H; ++h) {
-    for (auto [p0, len] : {std::pair<int64_t, int>{0, 700}, std::pair<int64_t, int>{700, 400}}) {
-      KvBlockRef b;
-      b.pos0 = p0, b.n = len, b.ld = d;
-      b.k = hk.data() + (size_t(h) * n + p0) * d;
-      b.v = hv.data() + (size_t(h) * n + p0) * d;
-      blocks.push_back(b);
-    }
-    head_off.push_back(int64_t(blocks.size()));
-  }
-  FusedAttnParams p = FusedAttnParams::make(HalfType::kF16, g, d);
-  p.token_ml = true;
-  const int64_t ldq = int64_t(H) * g * d;
-  std::vector<float> q(size_t(n_q) * ldq), out(q.size());
-  for (auto& x : q) x = dist(rng);
-  // Direct: per KV head, the group's softmax probabilities of every token, summed.
-  std::vector<double> want(size_t(H) * n, 0.0), want_sum(size_t(n), 0.0);
-  for (int64_t i = 0; i < n_q; ++i)
-    for (int h = 0; h < H; ++h)
-      for (int j = 0; j < g; ++j) {
-        const float* qi = q.data() + i * ldq + (h * g + j) * d;
-        std::vector<double> sc(size_t(qpos0 + i + 1));
-        double mx = -1e300;
-        for (size_t t = 0; t < sc.size(); ++t) {
-          double dot = 0;
-          for (int c = 0; c < d; ++c)
-            dot +=
-                double(qi[c]) * ref::half_to_float(HalfType::kF16, hk[(size_t(h) * n + t) * d + c]);
-          sc[t] = dot * p.scale;
-          mx = std::max(mx, sc[t]);
-        }
-        double z = 0;
-        for (double& x : sc) z += (x = std::exp(x - mx));
-        for (size_t t = 0; t < sc.size(); ++t) {
-          want[size_t(h) * n + t] += sc[t] / z;
-          want_sum[t] += sc[t] / z;
-        }
+  for (const auto [n_q, qpos0] : {std::pair<int64_t, int64_t>{6, 1094}, {40, 500}}) {
+    const int H = 2, g = 3, d = 16;
+    const int64_t n = 1100;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> hk(size_t(H) * n * d), hv(hk.size());
+    for (auto& x : hk) x = ref::float_to_half(HalfType::kF16, dist(rng));
+    for (auto& x : hv) x = ref::float_to_half(HalfType::kF16, dist(rng));
+    // Head h: one block of 700 tokens and one of 400 (positions follow each other).
+    std::vector<KvBlockRef> blocks;
+    std::vector<int64_t> head_off{0};
+    for (int h = 0; h < H; ++h) {
+      for (auto [p0, len] : {std::pair<int64_t, int>{0, 700}, std::pair<int64_t, int>{700, 400}}) {
+        KvBlockRef b;
+        b.pos0 = p0, b.n = len, b.ld = d;
+        b.k = hk.data() + (size_t(h) * n + p0) * d;
+        b.v = hv.data() + (size_t(h) * n + p0) * d;
+        blocks.push_back(b);
       }
-  for (MassLayout layout : {MassLayout::kPerHeadBlock, MassLayout::kSumOverHeads}) {
-    const bool per_head = layout == MassLayout::kPerHeadBlock;
-    std::vector<std::vector<double>> got;
-    for (int threads : {1, 2}) {
-      ThreadPool pool(threads);
-      BlockAttnScratch scratch;
-      got.emplace_back(per_head ? size_t(H) * n : size_t(n), 0.0);
-      attend_blocks(p, H, q.data(), ldq, n_q, qpos0, blocks.data(), head_off.data(), out.data(),
-                    got.back().data(), layout, scratch, pool);
+      head_off.push_back(int64_t(blocks.size()));
     }
-    ASSERT_EQ(got[0], got[1]) << "the masses depend on the thread count";
-    const std::vector<double>& w = per_head ? want : want_sum;
-    for (size_t t = 0; t < w.size(); ++t)
-      ASSERT_NEAR(got[0][t], w[t], 1e-5 * (1.0 + w[t])) << "unit " << t << " per_head " << per_head;
+    FusedAttnParams p = FusedAttnParams::make(HalfType::kF16, g, d);
+    p.token_ml = true;
+    const int64_t ldq = int64_t(H) * g * d;
+    std::vector<float> q(size_t(n_q) * ldq), out(q.size());
+    for (auto& x : q) x = dist(rng);
+    // Direct: per KV head, the group's softmax probabilities of every token, summed.
+    std::vector<double> want(size_t(H) * n, 0.0), want_sum(size_t(n), 0.0);
+    for (int64_t i = 0; i < n_q; ++i)
+      for (int h = 0; h < H; ++h)
+        for (int j = 0; j < g; ++j) {
+          const float* qi = q.data() + i * ldq + (h * g + j) * d;
+          std::vector<double> sc(size_t(qpos0 + i + 1));
+          double mx = -1e300;
+          for (size_t t = 0; t < sc.size(); ++t) {
+            double dot = 0;
+            for (int c = 0; c < d; ++c)
+              dot += double(qi[c]) *
+                     ref::half_to_float(HalfType::kF16, hk[(size_t(h) * n + t) * d + c]);
+            sc[t] = dot * p.scale;
+            mx = std::max(mx, sc[t]);
+          }
+          double z = 0;
+          for (double& x : sc) z += (x = std::exp(x - mx));
+          for (size_t t = 0; t < sc.size(); ++t) {
+            want[size_t(h) * n + t] += sc[t] / z;
+            want_sum[t] += sc[t] / z;
+          }
+        }
+    for (MassLayout layout : {MassLayout::kPerHeadBlock, MassLayout::kSumOverHeads}) {
+      const bool per_head = layout == MassLayout::kPerHeadBlock;
+      std::vector<std::vector<double>> got;
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        BlockAttnScratch scratch;
+        got.emplace_back(per_head ? size_t(H) * n : size_t(n), 0.0);
+        attend_blocks(p, H, q.data(), ldq, n_q, qpos0, blocks.data(), head_off.data(), out.data(),
+                      got.back().data(), layout, scratch, pool);
+      }
+      ASSERT_EQ(got[0], got[1]) << "the masses depend on the thread count";
+      const std::vector<double>& w = per_head ? want : want_sum;
+      for (size_t t = 0; t < w.size(); ++t)
+        ASSERT_NEAR(got[0][t], w[t], 1e-5 * (1.0 + w[t]))
+            << "unit " << t << " per_head " << per_head << " n_q " << n_q;
+    }
   }
 }
 

@@ -306,6 +306,26 @@ inline float ExpSubSum(float* x, int64_t n, float m) {
   return sum;
 }
 
+// acc[i] += exp(s[i] − m) · inv, i < n: a softmax's probabilities (m its max, inv 1/its
+// sum) added to per-token masses in double. Floats in double-width vectors' lane count, so
+// each promotes to one double vector.
+inline void ExpScaleAccumulate(const float* s, int64_t n, float m, float inv, double* acc) {
+#if HWY_HAVE_FLOAT64
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vm = hn::Set(df, m), vinv = hn::Set(df, inv);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto e = hn::Mul(hn::Exp(df, hn::Sub(hn::LoadU(df, s + i), vm)), vinv);
+    hn::StoreU(hn::Add(hn::LoadU(dd, acc + i), hn::PromoteTo(dd, e)), dd, acc + i);
+  }
+#else
+  int64_t i = 0;
+#endif
+  for (; i < n; ++i) acc[i] += double(std::exp(s[i] - m) * inv);
+}
+
 inline float SoftmaxImpl(float* x, int64_t n) {
   if (n <= 0) return 0.0f;
   const hn::ScalableTag<float> df;
@@ -520,6 +540,9 @@ inline void PvAccumulate(bool f16, const float* p, int64_t ldp, int g, const uin
   PvAccumulateImpl(f16, p, ldp, g, v, ldv, n, d, o, ldo);
 }
 inline float Softmax(float* x, int64_t n) { return SoftmaxImpl(x, n); }
+inline void ExpScaleAcc(const float* s, int64_t n, float m, float inv, double* acc) {
+  ExpScaleAccumulate(s, n, m, inv, acc);
+}
 inline void QkScoresF32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
                         int d, float scale, float* s, int64_t lds) {
   QkScoresF32Impl(q, ldq, g, k, ldk, n, d, scale, s, lds);

@@ -25,6 +25,7 @@ HWY_EXPORT(PvAccumulateF32);
 HWY_EXPORT(ExpSubSum);
 HWY_EXPORT(QkScoresRows);
 HWY_EXPORT(PvAccumulateRows);
+HWY_EXPORT(ExpScaleAcc);
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   HWY_DYNAMIC_DISPATCH(RmsNorm)(x, w, y, n, eps);
@@ -64,6 +65,9 @@ void qk_scores_rows(HalfType t, const float* q, int64_t ldq, int m, const uint16
 void pv_accumulate_rows(HalfType t, const float* p, int64_t ldp, int m, const uint16_t* const* v,
                         int64_t n, int d, float* out, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(PvAccumulateRows)(t == HalfType::kF16, p, ldp, m, v, n, d, out, ldo);
+}
+void exp_scale_accumulate(const float* s, int64_t n, float m, float inv, double* acc) {
+  HWY_DYNAMIC_DISPATCH(ExpScaleAcc)(s, n, m, inv, acc);
 }
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
