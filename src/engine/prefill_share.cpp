@@ -123,6 +123,7 @@ void RecordingKvCache::attend_masses(const std::vector<uint16_t>& kh,
   const int64_t n_all = n_recorded_, n = n_past + n_q;
   FusedAttnParams fp = FusedAttnParams::make(HalfType::kF16, g, d);
   fp.token_ml = true;
+  fp.stats_only = true;  // the masses are wanted, not the outputs
   std::vector<KvBlockRef> blocks(static_cast<size_t>(H));
   std::vector<int64_t> head_off(size_t(H) + 1);
   for (int h = 0; h <= H; ++h) head_off[size_t(h)] = h;

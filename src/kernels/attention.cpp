@@ -184,7 +184,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       const size_t o = size_t(off[b - b0]) * d;
       if (!keys_per_window)
         qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, kbuf.data() + o, d);
-      if (!pv_from_codes) qwin_values(*p.qlayout, blk.qwin, p.kv_head, n_max, vbuf.data() + o, d);
+      if (!pv_from_codes && !p.stats_only)
+        qwin_values(*p.qlayout, blk.qwin, p.kv_head, n_max, vbuf.data() + o, d);
       float* cs = rot.data() + size_t(b - b0) * 2 * d;
       p.rope->expanded(blk.pos0, cs, cs + d);
     }
@@ -281,7 +282,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         if (beta != 1.0f)
           for (int j = 0; j < used; ++j) sh[j] *= beta;
       }
-      if (batch) continue;  // P·V below, for every query of the run at once
+      if (batch || p.stats_only) continue;  // P·V below, for every query of the run at once
       for (const Span& sp : spans) {
         const int o = off[sp.b - b0];
         const int n =
@@ -303,7 +304,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         }
       }
     }
-    if (batch && n_rows > 0) {
+    if (batch && n_rows > 0 && !p.stats_only) {
       // Row i*g + h of the probabilities is query i's head h; its state is at the same row
       // of `state` (stride st). Tokens a query may not see have probability 0.
       pv_accumulate_rows(p.dtype, mscores.data(), R, M, vrows.data(), n_rows, d, state + 2, st);

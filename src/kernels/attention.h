@@ -48,6 +48,9 @@ struct FusedAttnParams {
   // Masses per token instead of per block: block_ml then holds one (m, l) per token, in
   // block order (per-token scores such as H2O's, FullKV's attention observer).
   bool token_ml = false;
+  // Softmax statistics and masses only: the value sums are skipped (the outputs come out 0),
+  // for callers that want where the attention goes, not what it returns.
+  bool stats_only = false;
 
   // The fields every cache sets alike: KV type, GQA group, head_dim and the softmax scale
   // 1/sqrt(head_dim).

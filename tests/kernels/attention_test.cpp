@@ -312,6 +312,18 @@ TEST(AttendBlocks, TokenMassesMatchDirectSoftmaxAndDoNotDependOnThreads) {
                       got.back().data(), layout, scratch, pool);
       }
       ASSERT_EQ(got[0], got[1]) << "the masses depend on the thread count";
+      {  // stats_only: the same masses, no outputs
+        ThreadPool pool(2);
+        BlockAttnScratch scratch;
+        FusedAttnParams ps = p;
+        ps.stats_only = true;
+        std::vector<double> m(got[0].size(), 0.0);
+        std::vector<float> o(out.size(), 1.0f);
+        attend_blocks(ps, H, q.data(), ldq, n_q, qpos0, blocks.data(), head_off.data(), o.data(),
+                      m.data(), layout, scratch, pool);
+        ASSERT_EQ(m, got[0]) << "stats_only changed the masses";
+        for (float x : o) ASSERT_EQ(x, 0.0f);
+      }
       const std::vector<double>& w = per_head ? want : want_sum;
       for (size_t t = 0; t < w.size(); ++t)
         ASSERT_NEAR(got[0][t], w[t], 1e-5 * (1.0 + w[t]))
