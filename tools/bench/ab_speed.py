@@ -16,13 +16,15 @@ import subprocess
 import sys
 
 
-def bench(binary, model, depth, n_decode, threads, policy):
+def bench(binary, model, depth, n_decode, threads, policy, route):
     cmd = [binary, "bench", "-m", model, "-d", str(depth), "-n", str(n_decode), "-r", "1",
            "-t", str(threads), "--json"]
     name, _, budget = policy.partition(":")
     cmd += ["--kv-policy", name]
     if budget:
         cmd += ["--kv-budget", budget]
+    if route and name != "full":  # binaries from before and after a default changed
+        cmd += ["--prefill-route", route]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -42,6 +44,8 @@ def main():
     ap.add_argument("--n-decode", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--prefill-route", default="",
+                    help="chunk or end for every budgeted policy (default: each binary's own)")
     ap.add_argument("--out-dir", default="results/ab_speed")
     a = ap.parse_args()
     depths = [int(x) for x in a.depths.split(",")]
@@ -53,7 +57,8 @@ def main():
         for policy in policies:
             for depth in depths:
                 for tag, binary in (("a", a.a), ("b", a.b)):
-                    pp, tg = bench(binary, a.model, depth, a.n_decode, a.threads, policy)
+                    pp, tg = bench(binary, a.model, depth, a.n_decode, a.threads, policy,
+                                   a.prefill_route)
                     runs.setdefault((policy, depth, tag), []).append((pp, tg))
                     done += 1
                     print(f"[{done}/{total}] rep {rep + 1} {policy} depth {depth} {tag}: "
@@ -75,6 +80,7 @@ def main():
     os.makedirs(a.out_dir, exist_ok=True)
     with open(os.path.join(a.out_dir, "ab_speed.json"), "w") as f:
         json.dump({"a": a.a, "b": a.b, "reps": a.reps, "threads": a.threads,
+                   "prefill_route": a.prefill_route,
                    "n_decode": a.n_decode, "rows": rows}, f, indent=1)
     text = "\n".join(md) + "\n"
     with open(os.path.join(a.out_dir, "ab_speed.md"), "w") as f:
