@@ -124,7 +124,7 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
     qk_scores(t, q.data() + 1, ldq, g, k.data() + 1, ldk, n, d, 0.125f, got.data() + 1, lds);
     ref::qk_scores(t, q.data() + 1, ldq, g, k.data() + 1, ldk, n, d, 0.125f, want.data(), lds);
     // error bound: f32 accumulation of d products, relative to sum |q||k|.
-    for (int h = 0; h < g; ++h) {
+    auto qk_scale = [&](int h) {
       std::vector<double> scale(n);
       for (int64_t j = 0; j < n; ++j) {
         double s = 0;
@@ -132,6 +132,10 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
           s += std::fabs(q[1 + h * ldq + c] * ref::half_to_float(t, k[1 + j * ldk + c]));
         scale[j] = 0.125 * s + 1e-30;
       }
+      return scale;
+    };
+    for (int h = 0; h < g; ++h) {
+      const std::vector<double> scale = qk_scale(h);
       expect_close(got.data() + 1 + h * lds, want.data() + h * lds, scale, n, 4.0 * d * 1.2e-7,
                    "qk_scores");
     }
@@ -176,13 +180,7 @@ TEST_P(AttnShapes, QkScoresAndPvMatchReference) {
     std::vector<float> rows(g * lds + 2, kSentinel);
     qk_scores_rows(t, q.data() + 1, ldq, g, kp.data(), n + 1, d, 0.125f, rows.data() + 1, lds);
     for (int h = 0; h < g; ++h) {
-      std::vector<double> scale(n);
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int c = 0; c < d; ++c)
-          s += std::fabs(q[1 + h * ldq + c] * ref::half_to_float(t, k[1 + j * ldk + c]));
-        scale[j] = 0.125 * s + 1e-30;
-      }
+      const std::vector<double> scale = qk_scale(h);
       expect_close(rows.data() + 1 + h * lds, want.data() + h * lds, scale, n, 4.0 * d * 1.2e-7,
                    "qk_scores_rows");
       ASSERT_EQ(rows[1 + h * lds + n], 0.0f) << "the null row scores 0, head " << h;
