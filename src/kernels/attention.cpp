@@ -118,11 +118,11 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   if (keys_per_window && kwin.size() < size_t(p.qlayout->window) * d)
     kwin.resize(size_t(p.qlayout->window) * d);
   // A run of queries over 16-bit blocks only (prefill over f16/bf16 pages, the current
-  // chunk, full-tier windows) scores and accumulates all its queries' heads in one kernel
-  // call per span: every key and value row is converted once for the run instead of once per
-  // query. Each (query, head) row is computed as a lone query computes it — the same dot
-  // products and the same order of value sums; masked tokens add 0 — so the results are
-  // bit for bit those of the query-by-query loop (tested).
+  // chunk, full-tier windows) scores and accumulates all its queries' heads with one call of
+  // qk_scores_rows and one of pv_accumulate_rows per run, over the run's rows by pointer:
+  // every key and value row is converted once for the run instead of once per query. The
+  // value sums are a lone query's, order included (masked tokens add 0); the scores sum
+  // channels in order, a few ulps from a lone query's (tested).
   const int M = nq * g;  // (query, head) rows, row i*g + h
   if (nq > 1) {
     if (qall.size() < size_t(M) * d) qall.resize(size_t(M) * d);
@@ -326,12 +326,13 @@ namespace {
 void token_masses(const FusedAttnParams& fp, int H, const float* q, int64_t ldq, int64_t n_q,
                   int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
                   const int64_t* unit_off, const float* gml, double* mass, MassLayout layout,
-                  ThreadPool& pool) {
+                  BlockAttnScratch& sc, ThreadPool& pool) {
   const int g = fp.group, d = fp.head_dim;
-  // Every head's tokens in unit order: key row and position.
+  // Every head's tokens in unit order: key row and position (the caller's scratch: it grows
+  // with the tokens, so it counts as the cache's bytes).
   const int64_t n_units = unit_off[head_off[H]];
-  thread_local std::vector<const uint16_t*> tok_k;
-  thread_local std::vector<int64_t> tok_pos;
+  std::vector<const uint16_t*>& tok_k = sc.tok_k;
+  std::vector<int64_t>& tok_pos = sc.tok_pos;
   tok_k.resize(size_t(n_units));
   tok_pos.resize(size_t(n_units));
   for (int64_t b = 0; b < head_off[H]; ++b)
@@ -466,7 +467,7 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
     if (!mass) continue;
     if (direct) {
       token_masses(fp, H, q + t0 * ldq, ldq, tn, qpos0 + t0, blocks, head_off, unit_off.data(),
-                   sc.gml.data(), mass, layout, pool);
+                   sc.gml.data(), mass, layout, sc, pool);
       continue;
     }
     // Block (m_b, l_b) into masses, m_b += l_b · exp(m_b − M) / L (attn_block_mass), each

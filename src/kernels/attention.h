@@ -80,18 +80,24 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
 
 // Scratch of attend_blocks, kept by the caller between calls (its bytes count as the cache's).
 struct BlockAttnScratch {
-  std::vector<float> parts;       // f32 [tile][n_kv_heads][segments][group][head_dim + 2]
-  std::vector<float> block_ml;    // f32 [tile][blocks][group][2]
-  std::vector<float> gml;         // f32 [tile][n_kv_heads][group][2]: each head's (M, L)
-  std::vector<int64_t> unit_off;  // mass units (blocks or tokens) before each block
+  std::vector<float> parts;            // f32 [tile][n_kv_heads][segments][group][head_dim + 2]
+  std::vector<float> block_ml;         // f32 [tile][blocks][group][2]
+  std::vector<float> gml;              // f32 [tile][n_kv_heads][group][2]: each head's (M, L)
+  std::vector<int64_t> unit_off;       // mass units (blocks or tokens) before each block
+  std::vector<const uint16_t*> tok_k;  // token masses: every unit's key row
+  std::vector<int64_t> tok_pos;        // and position
   size_t bytes() const {
-    return (parts.capacity() + block_ml.capacity() + gml.capacity()) * 4 + unit_off.capacity() * 8;
+    return (parts.capacity() + block_ml.capacity() + gml.capacity()) * 4 +
+           (unit_off.capacity() + tok_pos.capacity()) * 8 +
+           tok_k.capacity() * sizeof(const uint16_t*);
   }
   // Gives the memory back (after a prefill chunk: decode needs far less).
   void trim() {
     std::vector<float>().swap(parts);
     std::vector<float>().swap(block_ml);
     std::vector<float>().swap(gml);
+    std::vector<const uint16_t*>().swap(tok_k);
+    std::vector<int64_t>().swap(tok_pos);
   }
 };
 

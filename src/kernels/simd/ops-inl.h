@@ -509,8 +509,9 @@ inline void HalfToF32(bool f16, const uint16_t* s, float* d, int64_t n) {
 // once for all heads) and scored by QkScoresF32Impl, whose folded sums take about half the
 // shuffles of a SumOfLanes per token and head. Its token groups (8, 4 or 2) divide 8, so the
 // scores are bit for bit those of QkScoresF32Impl over the whole converted run. (Converting
-// a prefill run's keys once for its 16 queries instead was slower: 64 KiB of f32 rows read
-// from L2 16 times cost more than 2 KiB converted in L1 each time.)
+// a prefill run's keys once for its 16 queries for this kernel was slower: 64 KiB of f32 rows
+// read from L2 16 times cost more than 2 KiB converted in L1 each time; prefill runs use
+// QkScoresRows, whose transposed 32-key blocks stay in L1.)
 inline void QkScores(bool f16, const float* q, int64_t ldq, int g, const uint16_t* k, int64_t ldk,
                      int64_t n, int d, float scale, float* s, int64_t lds) {
   constexpr int kRows = 8, kStackDim = 256;
