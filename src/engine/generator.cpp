@@ -15,6 +15,8 @@ namespace qevict {
 Status GenerateOptions::validate() const {
   if (prefill_chunk <= 0)
     return Status::error(fmt::format("prefill chunk must be positive, got {}", prefill_chunk));
+  if (replay_group <= 0)
+    return Status::error(fmt::format("replay group must be positive, got {}", replay_group));
   return Status::ok();
 }
 
@@ -83,25 +85,47 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     if (segs.empty()) break;
     QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
   }
-  // Requests sharing a prefill replay their source's calls and take its last logits.
-  for (size_t i = 0; i < requests.size(); ++i) {
-    auto& r = requests[i];
-    if (r.share_prefill_of < 0) continue;
-    const size_t src = size_t(r.share_prefill_of);
-    QEVICT_RETURN_IF_ERROR(recorders[src]->replay(r.cache, pool));
-    logits[i] = logits[src];
-    st.n_prompt_shared += int64_t(r.prompt.size());
-  }
-  recorders.clear();
   // The prompts are in: a cache with --prefill-route end compresses now, once (SPEC §4),
   // before the first token is sampled from the logits of the full-cache prefill.
   // The caches are distinct and none uses the pool in end_prompt(): they compress over the
   // threads (an eval sample's 50-odd caches, each scoring its prompt on one thread).
-  std::vector<Status> ended(requests.size());
-  pool.parallel_for(int64_t(requests.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) ended[size_t(i)] = requests[size_t(i)].cache->end_prompt();
-  });
-  for (const Status& x : ended) QEVICT_RETURN_IF_ERROR(x);
+  auto held = [&] {
+    size_t b = 0;
+    for (const auto& r : requests) b += r.cache->bytes_held();
+    st.peak_prompt_bytes = std::max(st.peak_prompt_bytes, b);
+  };
+  auto end_prompts = [&](const std::vector<size_t>& which) -> Status {
+    std::vector<Status> ended(which.size());
+    pool.parallel_for(int64_t(which.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        ended[size_t(i)] = requests[which[size_t(i)]].cache->end_prompt();
+    });
+    for (const Status& x : ended) QEVICT_RETURN_IF_ERROR(x);
+    return Status::ok();
+  };
+  held();
+  std::vector<size_t> own, shares;
+  for (size_t i = 0; i < requests.size(); ++i)
+    (requests[i].share_prefill_of >= 0 ? shares : own).push_back(i);
+  QEVICT_RETURN_IF_ERROR(end_prompts(own));
+  // Requests sharing a prefill replay their source's calls and take its last logits, a group
+  // at a time, each group compressing before the next is replayed: the peak holds at most
+  // replay_group whole prompts beside the sources, not one per request.
+  for (size_t g0 = 0; g0 < shares.size(); g0 += size_t(opts.replay_group)) {
+    const std::vector<size_t> group(
+        shares.begin() + ptrdiff_t(g0),
+        shares.begin() + ptrdiff_t(std::min(shares.size(), g0 + size_t(opts.replay_group))));
+    for (size_t i : group) {
+      auto& r = requests[i];
+      const size_t src = size_t(r.share_prefill_of);
+      QEVICT_RETURN_IF_ERROR(recorders[src]->replay(r.cache, pool));
+      logits[i] = logits[src];
+      st.n_prompt_shared += int64_t(r.prompt.size());
+    }
+    held();
+    QEVICT_RETURN_IF_ERROR(end_prompts(group));
+  }
+  recorders.clear();
   st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
   // Decode: sample from the latest logits, then one forward over all live sequences.

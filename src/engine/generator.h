@@ -34,6 +34,10 @@ struct GenerationRequest {
 
 struct GenerateOptions {
   int prefill_chunk = 512;  // prompt tokens per forward call
+  // Requests sharing a prefill are replayed and end their prompt this many at a time, so at
+  // most this many copies of a whole prompt are held at once beside the sources (an eval
+  // sample replays into ~60 caches: at 16K tokens, ~200 MB each on Qwen 0.5B).
+  int replay_group = 8;
   Status validate() const;
 };
 
@@ -44,6 +48,9 @@ struct GenerationStats {
   int64_t n_generated = 0;      // tokens sampled, all sequences
   double prompt_seconds = 0.0;  // prefill wall time
   double decode_seconds = 0.0;  // decode wall time
+  // The most bytes the requests' caches held together while the prompts went in (sampled
+  // after the prefill and after each replay group, before it ends its prompt).
+  size_t peak_prompt_bytes = 0;
 };
 
 // Called for every generated token of request `index`; return false to stop that request.

@@ -227,5 +227,67 @@ TEST_F(TieredModel, SharedPrefillGeneratesWhatOwnPrefillDoes) {
   }
 }
 
+// Replaying a shared prefill into many caches holds at most GenerateOptions::replay_group
+// whole prompts at once: each group ends its prompt (compresses) before the next is
+// replayed. With a group of 2, six qevict sharers peak at the source + 2 whole prompts + 4
+// compressed caches; with a group of 6, at the source + 6 whole prompts. The outputs do not
+// depend on the grouping.
+TEST_F(TieredModel, SharedPrefillHoldsAtMostAReplayGroupOfWholePrompts) {
+  const std::vector<int32_t> prompt(tokens_.begin(), tokens_.begin() + 400);
+  constexpr int kSharers = 6;
+  auto make = [&](const std::string& policy) {
+    KvCacheParams p;
+    p.policy = policy;
+    p.budget_fraction = policy == "full" ? 0.0 : 0.2;
+    p.prefill_route = "end";
+    auto c = make_kv_cache(model_->kv_shape(), 400 + 4, p);
+    EXPECT_TRUE(c.has_value()) << c.error();
+    return std::move(*c);
+  };
+  struct Run {
+    std::vector<std::unique_ptr<SequenceKvCache>> caches;
+    std::vector<GenerationRequest> reqs;
+    GenerationStats st;
+  };
+  auto run = [&](int n_sharers, int group, int n_predict) {
+    Run x;
+    for (int i = 0; i <= n_sharers; ++i) {
+      x.caches.push_back(make(i == 0 ? "full" : "qevict"));
+      GenerationRequest r;
+      r.cache = x.caches.back().get();
+      r.prompt = prompt;
+      r.n_predict = n_predict;
+      r.sampling.temperature = 0.0f;
+      r.share_prefill_of = i > 0 ? 0 : -1;
+      x.reqs.push_back(std::move(r));
+    }
+    GenerateOptions go;
+    go.prefill_chunk = 128;
+    go.replay_group = group;
+    EXPECT_TRUE(generate(*model_, pool_, x.reqs, go, nullptr, &x.st).is_ok());
+    return x;
+  };
+  // The source alone, and one cache holding the whole prompt: the peak of a lone qevict
+  // cache's own prefill, sampled before it ends its prompt.
+  const size_t source = run(0, 1, 0).st.peak_prompt_bytes;
+  Run lone;
+  lone.caches.push_back(make("qevict"));
+  GenerationRequest r;
+  r.cache = lone.caches.back().get();
+  r.prompt = prompt;
+  r.n_predict = 0;
+  lone.reqs.push_back(r);
+  ASSERT_TRUE(generate(*model_, pool_, lone.reqs, GenerateOptions(), nullptr, &lone.st).is_ok());
+  const size_t whole = lone.st.peak_prompt_bytes, compressed = lone.caches[0]->bytes_held();
+  ASSERT_GT(whole, 2 * compressed);
+
+  Run two = run(kSharers, 2, 4), all = run(kSharers, kSharers, 4);
+  EXPECT_EQ(two.st.n_prompt_shared, kSharers * 400);
+  EXPECT_LE(two.st.peak_prompt_bytes,
+            size_t(1.05 * double(source + 2 * whole + (kSharers - 2) * compressed)));
+  EXPECT_GE(all.st.peak_prompt_bytes, size_t(0.95 * double(source + kSharers * whole)));
+  for (int i = 0; i <= kSharers; ++i) EXPECT_EQ(two.reqs[i].output, all.reqs[i].output) << i;
+}
+
 }  // namespace
 }  // namespace qevict
