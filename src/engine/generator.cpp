@@ -85,6 +85,15 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     if (segs.empty()) break;
     QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
   }
+  // Seconds since t, and t moved to now: the prefill's parts.
+  auto since = [&](clock::time_point& t) {
+    const auto now = clock::now();
+    const double s = std::chrono::duration<double>(now - t).count();
+    t = now;
+    return s;
+  };
+  auto tp = t0;
+  st.prompt_model_seconds = since(tp);
   // The prompts are in: a cache with --prefill-route end compresses now, once (SPEC §4),
   // before the first token is sampled from the logits of the full-cache prefill.
   // The caches are distinct and none uses the pool in end_prompt(): they compress over the
@@ -108,6 +117,7 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
   for (size_t i = 0; i < requests.size(); ++i)
     (requests[i].share_prefill_of >= 0 ? shares : own).push_back(i);
   QEVICT_RETURN_IF_ERROR(end_prompts(own));
+  st.prompt_end_seconds += since(tp);
   // Requests sharing a prefill replay their source's calls and take its last logits, a group
   // at a time, each group compressing before the next is replayed: the peak holds at most
   // replay_group whole prompts beside the sources, not one per request.
@@ -122,8 +132,10 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
       logits[i] = logits[src];
       st.n_prompt_shared += int64_t(r.prompt.size());
     }
+    st.prompt_replay_seconds += since(tp);
     held();
     QEVICT_RETURN_IF_ERROR(end_prompts(group));
+    st.prompt_end_seconds += since(tp);
   }
   recorders.clear();
   st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();

@@ -42,12 +42,15 @@ struct GenerateOptions {
 };
 
 struct GenerationStats {
-  int64_t n_prompt = 0;         // prompt tokens processed by the model
-  int64_t n_prompt_shared = 0;  // prompt tokens replayed from another request's prefill
-  int64_t n_decode_calls = 0;   // decode forward calls (tokens per sequence after the first)
-  int64_t n_generated = 0;      // tokens sampled, all sequences
-  double prompt_seconds = 0.0;  // prefill wall time
-  double decode_seconds = 0.0;  // decode wall time
+  int64_t n_prompt = 0;                // prompt tokens processed by the model
+  int64_t n_prompt_shared = 0;         // prompt tokens replayed from another request's prefill
+  int64_t n_decode_calls = 0;          // decode forward calls (tokens per sequence after the first)
+  int64_t n_generated = 0;             // tokens sampled, all sequences
+  double prompt_seconds = 0.0;         // prefill wall time: the three parts below
+  double prompt_model_seconds = 0.0;   // the model's forward calls over the prompts
+  double prompt_replay_seconds = 0.0;  // shared prefills replayed (and their masses computed)
+  double prompt_end_seconds = 0.0;     // end_prompt(): the caches compressing the prompt
+  double decode_seconds = 0.0;         // decode wall time
   // The most bytes the requests' caches held together while the prompts went in (sampled
   // after the prefill and after each replay group, before it ends its prompt).
   size_t peak_prompt_bytes = 0;

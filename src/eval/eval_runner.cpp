@@ -409,6 +409,9 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           // Times are the batch's: all pending variants of this sample ran together.
           j["batch"] = reqs.size();
           j["prefill_seconds"] = st.prompt_seconds;
+          j["prefill_parts"] = {{"model", st.prompt_model_seconds},
+                                {"replay", st.prompt_replay_seconds},
+                                {"end_prompt", st.prompt_end_seconds}};
           j["prefill_shared"] = reqs[i].share_prefill_of >= 0;  // replayed, not recomputed
           j["prefill_model_tokens"] = st.n_prompt;              // the batch's, by the model
           j["decode_seconds"] = st.decode_seconds;

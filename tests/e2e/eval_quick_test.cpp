@@ -59,6 +59,14 @@ TEST(EvalQuick, RunsScoresAndResumes) {
     EXPECT_GT(j["bytes_held"].get<int64_t>(), 0) << l;
     EXPECT_EQ(j["prefill_shared"].get<bool>(), j["variant"] != "full") << l;
     EXPECT_EQ(j["prefill_model_tokens"].get<int64_t>(), j["prompt_tokens"].get<int64_t>()) << l;
+    // The prefill's parts (model, replay, end_prompt) add up to its wall time, and the model's
+    // forward calls take time.
+    const auto& parts = j["prefill_parts"];
+    const double model_s = parts["model"].get<double>();
+    EXPECT_GT(model_s, 0.0) << l;
+    EXPECT_NEAR(model_s + parts["replay"].get<double>() + parts["end_prompt"].get<double>(),
+                j["prefill_seconds"].get<double>(), 0.01)
+        << l;
     if (j["variant"] == "full" && j["task"] == "niah_single_1" && score == 1.0) ++full_niah_right;
   }
   EXPECT_GE(full_niah_right, 1) << "FullKV found no single needle:\n"
