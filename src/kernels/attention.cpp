@@ -123,13 +123,9 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   // every key and value row is converted once for the run instead of once per query. The
   // value sums are a lone query's, order included (masked tokens add 0); the scores sum
   // channels in order, a few ulps from a lone query's (tested).
-  const int M = nq * g;  // (query, head) rows, row i*g + h
-  if (nq > 1) {
-    if (qall.size() < size_t(M) * d) qall.resize(size_t(M) * d);
-    for (int i = 0; i < nq; ++i)
-      std::memcpy(qall.data() + size_t(i) * g * d, q + i * ldq, sizeof(float) * size_t(g) * d);
-  }
-  int64_t tok_base = 0;  // tokens of the runs before this one (token_ml units)
+  const int M = nq * g;    // (query, head) rows, row i*g + h
+  bool have_qall = false;  // the queries as M contiguous rows, copied for the first batched run
+  int64_t tok_base = 0;    // tokens of the runs before this one (token_ml units)
   for (int b0 = 0; b0 < n_blocks;) {
     // Form a run [b0, b1) and its spans.
     int b1 = b0, run = 0;
@@ -167,6 +163,12 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         }
         if (n > 0) n_rows = o + n;
       }
+      if (n_rows > 0 && !have_qall) {
+        if (qall.size() < size_t(M) * d) qall.resize(size_t(M) * d);
+        for (int i = 0; i < nq; ++i)
+          std::memcpy(qall.data() + size_t(i) * g * d, q + i * ldq, sizeof(float) * size_t(g) * d);
+        have_qall = true;
+      }
       if (n_rows > 0)
         qk_scores_rows(p.dtype, qall.data(), d, M, krows.data(), n_rows, d, p.scale, mscores.data(),
                        R);
@@ -201,10 +203,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         const int o = off[sp.b - b0];
         const int n =
             static_cast<int>(std::min<int64_t>(sp.n, std::max<int64_t>(qpos - sp.pos0 + 1, 0)));
-        if (n > 0 && batch) {
-          any = true;
-        } else if (n > 0) {
-          any = true;
+        if (n > 0) any = true;
+        if (n > 0 && !batch) {  // a batched run's scores are in sc already
           const KvBlockRef& blk = blocks[sp.b];
           if (blk.k) {
             qk_scores(p.dtype, qi, d, g, blk.k, blk.ld, n, d, p.scale, sc + o, R);
