@@ -35,7 +35,7 @@ struct EvalOptions {
   std::vector<int64_t> lengths;  // tokens: prompt (chat template included) + max_new_tokens
   int n_samples = 2;             // samples 0 .. n_samples-1 of every (task, length)
   // Registry policy names, optionally with options: "NAME[:key=value]..." where key is one of
-  // score, q, window, route_every, sink, local, bits, route (chunk|end), prefill_window
+  // score, q, window, route_every, sink, local, bits, route (chunk|end), prefill_window, pool
   // (e.g. "qevict:score=age", "qevict:q=0", "qevict:route=end").
   std::vector<std::string> variants = {"full", "qevict"};
   std::vector<double> budgets = {0.2};  // every budgeted variant runs at each; FullKV once

@@ -45,6 +45,10 @@ Status KvCacheParams::validate() const {
   if (value_group < 0) return Status::error("--kv-group must be >= 0");
   if (score != "sum" && score != "age")
     return Status::error(fmt::format("--kv-score must be sum or age, got '{}'", score));
+  if (pool < 0 || pool > 64)
+    return Status::error(fmt::format("--kv-pool must be in [0, 64], got {}", pool));
+  if (pool != 0 && !row->uses_score)
+    return Status::error(fmt::format("--kv-pool applies to the qevict policy, not to {}", policy));
   if (score != "sum" && !row->uses_score)
     return Status::error(fmt::format("--kv-score applies to the qevict policy, not to {}", policy));
   return Status::ok();

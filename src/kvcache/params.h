@@ -37,6 +37,9 @@ struct KvCacheParams {
   // How qevict ranks windows (QEvictPolicy, SPEC §2): "sum" = the cumulative score S̄(w)
   // (paper Eq. 1); "age" = S̄(w) per query token that has seen the window.
   std::string score = "sum";
+  // qevict: rank a window by the highest score within `pool` windows either side of it
+  // (QEvictPolicy; SnapKV's pooling at window granularity). 0: its own score only.
+  int pool = 0;
   // When a budgeted cache routes during prefill (SPEC §4): "chunk" after every prefill chunk
   // (peak bytes ≤ budget + one chunk, whatever the prompt); "end" holds the whole prompt in
   // full precision and routes once, when the prompt is complete (SequenceKvCache::end_prompt,

@@ -70,7 +70,8 @@ std::deque<PolicyInfo> built_ins() {
       return Status::ok();
     };
     r.make_policy = [](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
-      return std::make_unique<QEvictPolicy>(p.score == "age" ? ScoreMode::kAge : ScoreMode::kSum);
+      return std::make_unique<QEvictPolicy>(p.score == "age" ? ScoreMode::kAge : ScoreMode::kSum,
+                                            p.pool);
     };
     rows.push_back(std::move(r));
   }

@@ -79,6 +79,19 @@ TEST(EvalVariants, RouteInTheSpecOverridesThePolicyDefault) {
   EXPECT_EQ((*v)[5].params.prefill_route, "chunk");
 }
 
+TEST(EvalVariants, PoolIsAQevictOption) {
+  EvalOptions o;
+  o.variants = {"qevict:pool=2"};
+  o.budgets = {0.2};
+  auto v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  ASSERT_EQ(v->size(), 1u);
+  EXPECT_EQ((*v)[0].params.pool, 2);
+  EXPECT_EQ((*v)[0].params.prefill_window, 32);  // the row's defaults still apply
+  o.variants = {"snapkv:pool=2"};
+  EXPECT_FALSE(expand_variants(o).has_value());  // SnapKV pools tokens its own way
+}
+
 TEST(EvalResults, PartialAndForeignLinesAreSkipped) {
   const std::string dir = temp_dir("results");
   {

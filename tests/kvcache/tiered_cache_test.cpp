@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/f16.h"
@@ -369,10 +371,15 @@ TEST(SlotPool, CompactMovesLiveSlotsDownAndReleasesChunks) {
   EXPECT_EQ(pool.in_use(), 32);
 }
 
-// Brute force: rank by (score desc, window asc); fill F by count, then Q, rest E.
-TEST(QEvictPolicy, MatchesBruteForceRule) {
-  std::mt19937 rng(17);
-  QEvictPolicy pol;
+// Brute force: rank by (score desc, window asc); fill F by count, then Q, rest E. With
+// pooling (r > 0), by (the max score among candidates within r ids desc, own score desc,
+// window asc).
+class QEvictPolicyRule : public ::testing::TestWithParam<int> {};
+
+TEST_P(QEvictPolicyRule, MatchesBruteForceRule) {
+  const int r = GetParam();
+  std::mt19937 rng(17 + r);
+  QEvictPolicy pol(ScoreMode::kSum, r);
   for (int trial = 0; trial < 200; ++trial) {
     const int n = int(rng() % 40);
     RoutingRequest req;
@@ -399,18 +406,56 @@ TEST(QEvictPolicy, MatchesBruteForceRule) {
     if (size_t(n) * 100 <= b.full_bytes + b.quant_bytes) kf = n, kq = 0;
     std::vector<int> idx(n);
     for (int i = 0; i < n; ++i) idx[i] = i;
+    std::vector<double> pooled(n);
+    for (int i = 0; i < n; ++i) {
+      pooled[i] = in[i].score;
+      for (int j = 0; j < n; ++j)
+        if (std::abs(in[j].id - in[i].id) <= r) pooled[i] = std::max(pooled[i], in[j].score);
+    }
     for (int i = 0; i < n; ++i)  // selection sort: obviously right
       for (int j = i + 1; j < n; ++j) {
-        const auto& a = in[idx[i]];
-        const auto& c = in[idx[j]];
-        if (c.score > a.score || (c.score == a.score && c.id < a.id)) std::swap(idx[i], idx[j]);
+        const int a = idx[i], c = idx[j];
+        const auto key = [&](int x) { return std::make_tuple(-pooled[x], -in[x].score, in[x].id); };
+        if (key(c) < key(a)) std::swap(idx[i], idx[j]);
       }
-    for (int r = 0; r < n; ++r) {
-      const Tier want = r < kf ? Tier::kFull : r < kf + kq ? Tier::kQuant : Tier::kEvicted;
-      ASSERT_EQ(plan.entries[idx[r]].id, in[idx[r]].id);
-      ASSERT_EQ(int(plan.entries[idx[r]].to), int(want)) << "trial " << trial << " rank " << r;
+    for (int k = 0; k < n; ++k) {
+      const Tier want = k < kf ? Tier::kFull : k < kf + kq ? Tier::kQuant : Tier::kEvicted;
+      ASSERT_EQ(plan.entries[idx[k]].id, in[idx[k]].id);
+      ASSERT_EQ(int(plan.entries[idx[k]].to), int(want)) << "trial " << trial << " rank " << k;
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, QEvictPolicyRule, ::testing::Values(0, 1, 2, 5));
+
+// Pooling at work: a lone peak's neighbours outrank a middling window far from it, and the
+// peak itself keeps its place ahead of them. One F slot, two Q slots.
+TEST(QEvictPolicy, PoolingKeepsAPeaksNeighbours) {
+  RoutingRequest req;
+  const double score[] = {0.1, 0.3, 5.0, 0.1, 0.1, 0.1, 0.1, 0.2};
+  for (int i = 0; i < 8; ++i) {
+    RoutingCandidate c;
+    c.id = i;
+    c.pos0 = 5 + 8 * i;
+    c.score = score[i];
+    req.candidates.push_back(c);
+  }
+  req.n_past = 1000;
+  req.budget.window_full = 100;
+  req.budget.window_quant = 30;
+  req.budget.full_bytes = 100;
+  req.budget.quant_bytes = 60;
+  auto tiers = [&](int pool) {
+    QEvictPolicy pol(ScoreMode::kSum, pool);
+    RoutingPlan plan;
+    pol.plan(req, &plan);
+    EXPECT_TRUE(check_plan(req, plan).is_ok());
+    std::string t;
+    for (const auto& e : plan.entries) t += tier_char(e.to);
+    return t;
+  };
+  EXPECT_EQ(tiers(0), "EQFEEEEQ");  // own scores: 5.0 F, then 0.3 and 0.2 Q
+  EXPECT_EQ(tiers(1), "EQFQEEEE");  // windows 1 and 3 rank with the peak
 }
 
 }  // namespace

@@ -11,6 +11,12 @@
 //         n_past − scores_from for windows older than a prompt-end observation window that
 //         restarted the scores): the mean attention per step, SPEC §2's first fix for
 //         young-window bias.
+// With pool = r > 0, a window is ranked by the highest score among the windows within r
+// window ids of it (its own included; evicted neighbours are gone and count for nothing),
+// ties by its own score, then older first: SnapKV's pooling of scores along the key axis
+// (BASELINES.md), at window granularity. A value that spans windows — a UUID is ~25 tokens —
+// draws the question's attention to its first window; the windows after it rank with it
+// instead of being evicted at the prompt's end, when nothing has read them yet.
 #pragma once
 
 #include <algorithm>
@@ -23,7 +29,8 @@ enum class ScoreMode { kSum, kAge };
 
 class QEvictPolicy final : public RoutingPolicy {
  public:
-  explicit QEvictPolicy(ScoreMode mode = ScoreMode::kSum) : mode_(mode) {}
+  explicit QEvictPolicy(ScoreMode mode = ScoreMode::kSum, int pool = 0)
+      : mode_(mode), pool_(pool) {}
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "qevict"; }
 
@@ -36,8 +43,9 @@ class QEvictPolicy final : public RoutingPolicy {
 
  private:
   ScoreMode mode_;
-  std::vector<int32_t> order_;  // reused: routing allocates nothing in steady state
-  std::vector<double> rank_;
+  int pool_;
+  std::vector<int32_t> order_, by_id_;  // reused: routing allocates nothing in steady state
+  std::vector<double> rank_, pooled_;
 };
 
 }  // namespace qevict
