@@ -146,12 +146,13 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
                  "since the window was written)")
       ->capture_default_str()
       ->check(CLI::IsMember({"sum", "age"}));
-  app.add_option("--kv-pool", p.pool,
-                 "qevict: rank each window by the highest score within this many windows "
-                 "either side (SnapKV's pooling, per window; keeps the rest of a value that "
-                 "spans windows); 0: its own score")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 64));
+  o.pool =
+      app.add_option("--kv-pool", p.pool,
+                     "qevict: rank each window by the highest score within this many windows "
+                     "either side (SnapKV's pooling, per window; keeps the rest of a value that "
+                     "spans windows); 0: its own score")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 64));
   app.add_flag("--kv-strict-ledger", p.strict_ledger,
                "charge ledger copies held by promoted windows to the budget");
   o.prefill_route =
@@ -226,6 +227,7 @@ Expected<KvCacheParams> kv_params(const KvOptions& o) {
   g.bits = given(o.bits);
   g.prefill_route = given(o.prefill_route);
   g.prefill_window = given(o.prefill_window);
+  g.pool = given(o.pool);
   QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, g));
   QEVICT_RETURN_IF_ERROR(p.validate());
   return p;

@@ -56,7 +56,8 @@ struct KvOptions {
   bool stats = false;
   // The options whose explicit use overrides a policy's published defaults.
   CLI::Option *window = nullptr, *route_every = nullptr, *sink = nullptr, *local = nullptr,
-              *q = nullptr, *bits = nullptr, *prefill_route = nullptr, *prefill_window = nullptr;
+              *q = nullptr, *bits = nullptr, *prefill_route = nullptr, *prefill_window = nullptr,
+              *pool = nullptr;
 };
 // Which flags: kCache every --kv-* flag (generate, perplexity, bench); kDiagnose those that
 // shape diagnose's R1–R4 variants (no --kv-policy, --kv-window, --kv-stats, --kv-trace:

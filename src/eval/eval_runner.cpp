@@ -94,10 +94,7 @@ Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
     return Status::ok();
   }
   if (k == "prefill_window") return to_int(&p->prefill_window, &g->prefill_window);
-  if (k == "pool") {
-    bool ignored = false;
-    return to_int(&p->pool, &ignored);
-  }
+  if (k == "pool") return to_int(&p->pool, &g->pool);
   return Status::error(
       fmt::format("unknown variant option '{}' (score, q, window, route_every, sink, local, "
                   "bits, route, prefill_window, pool)",
