@@ -150,8 +150,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
       app.add_option("--kv-pool", p.pool,
                      "qevict: rank each window by the highest score within this many windows "
                      "either side (SnapKV's pooling, per window; keeps the rest of a value that "
-                     "spans windows); 0: its own score")
-          ->capture_default_str()
+                     "spans windows); 0: its own score. Default 2 with --prefill-route end and "
+                     "a prefill window (chosen from the eval suite, EVALUATION.md), else 0")
           ->check(CLI::Range(0, 64));
   app.add_flag("--kv-strict-ledger", p.strict_ledger,
                "charge ledger copies held by promoted windows to the budget");

@@ -88,6 +88,11 @@ TEST(EvalVariants, PoolIsAQevictOption) {
   ASSERT_EQ(v->size(), 1u);
   EXPECT_EQ((*v)[0].params.pool, 2);
   EXPECT_EQ((*v)[0].params.prefill_window, 32);  // the row's defaults still apply
+  o.variants = {"qevict", "qevict:pool=0"};      // the default pools; 0 turns it off
+  v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  EXPECT_EQ((*v)[0].params.pool, 2);
+  EXPECT_EQ((*v)[1].params.pool, 0);
   o.variants = {"snapkv:pool=2"};
   EXPECT_FALSE(expand_variants(o).has_value());  // SnapKV pools tokens its own way
 }

@@ -265,20 +265,29 @@ TEST(PrefillRoute, QevictEndDefaultsToAnObservationWindowOf32) {
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
   EXPECT_EQ(p.prefill_route, "end");  // qevict's default, chosen from the suite
   EXPECT_EQ(p.prefill_window, 32);
+  EXPECT_EQ(p.pool, 2);  // with the window scorer, windows rank with their neighbours
   EXPECT_TRUE(p.validate().is_ok());
   KvParamsGiven given;
   given.prefill_route = true;
   given.prefill_window = true;
-  p = qevict_params("end", 0);
+  p = qevict_params("end", 0);  // Eq. 1: no pooling unless asked for
   ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
   EXPECT_EQ(p.prefill_window, 0);
+  EXPECT_EQ(p.pool, 0);
   p = qevict_params("end", 8);
   ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
   EXPECT_EQ(p.prefill_window, 8);
-  p = qevict_params("chunk");  // chunk when asked for: Eq. 1, no window
+  EXPECT_EQ(p.pool, 2);
+  given.pool = true;  // an explicit pool (0 included) wins
+  p = qevict_params("end", 8);
+  ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
+  EXPECT_EQ(p.pool, 0);
+  given.pool = false;
+  p = qevict_params("chunk");  // chunk when asked for: Eq. 1, no window, no pooling
   ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
   EXPECT_EQ(p.prefill_route, "chunk");
   EXPECT_EQ(p.prefill_window, 0);
+  EXPECT_EQ(p.pool, 0);
   EXPECT_TRUE(p.validate().is_ok());
   p = qevict_params("chunk");
   p.policy = "streaming";  // the baselines keep their own routes
