@@ -30,6 +30,13 @@ int main(int argc, char** argv) {
       qevict::cli::add_eval);
   add("serve", "OpenAI-compatible HTTP server: continuous batching, one KV byte pool",
       qevict::cli::add_serve);
+  // A flag given twice takes its last value, as in llama.cpp: a script that writes out the
+  // defaults (tools/run.sh) passes its extra arguments after them. Single-value options only
+  // (lists such as --depths or --budgets keep every value).
+  for (CLI::App* sub : app.get_subcommands({}))
+    for (CLI::Option* o : sub->get_options())
+      if (o->get_items_expected_max() == 1)
+        o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

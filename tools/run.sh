@@ -6,12 +6,13 @@
 # cache at a fifth of its bytes. It prints both answers with the bytes each cache held.
 #
 # The tiered run compresses the prompt once it is in (--prefill-route end: the paper's route;
-# peak memory = the prompt), ranking windows by the attention of the prompt's last 32 queries
-# (qevict's defaults, written out here): on the RULER-style
+# peak memory = the prompt), ranking windows by the attention of the prompt's last 32 queries,
+# each window with the best of the 2 on either side (qevict's defaults, written out here): on
+# the RULER-style
 # suite this kept needles where the paper's cumulative score over all prompt queries lost
 # them (EVALUATION.md).
 # Extra arguments go to the tiered run's `qevict generate`, e.g. `--kv-budget 0.05`, or
-# `--prefill-route chunk --prefill-window 0` for the bounded-memory prefill and Eq. 1.
+# `--prefill-route chunk --prefill-window 0 --kv-pool 0` for the bounded-memory prefill and Eq. 1.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -35,7 +36,8 @@ run() {  # name, then the cache's flags
     { cat "$work/$name.err" >&2; exit 1; }
 }
 run full --kv-policy full
-run tiered --kv-policy qevict --kv-budget 0.2 --prefill-route end --prefill-window 32 "$@"
+run tiered --kv-policy qevict --kv-budget 0.2 --prefill-route end --prefill-window 32 \
+  --kv-pool 2 "$@"
 
 for name in full tiered; do
   echo

@@ -123,6 +123,12 @@ TEST_F(CliBadInput, FlagValues) {
                        " --kv-policy qevict --kv-q 1.5",
                    "--kv-q must be in [0, 1]");
   expect_one_error("bench -m " + path("missing.gguf") + " --depths 512,abc", "bad depth list");
+  // A flag given twice takes its last value (tools/run.sh passes overrides after its
+  // defaults): the run gets past parsing to the missing model, or to the last value's error.
+  expect_one_error(m + "--kv-policy qevict --kv-budget 0.2 --prefill-route end --kv-pool 2 "
+                       "--prefill-route chunk --kv-pool 0",
+                   "cannot open");
+  expect_one_error(m + "--kv-budget 0.2 --kv-budget -1", "--kv-budget");
   expect_one_error("nosuchcommand", "subcommand");
   expect_one_error("", "subcommand");
 }
