@@ -153,6 +153,12 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
                      "spans windows); 0: its own score. Default 2 with --prefill-route end and "
                      "a prefill window (chosen from the eval suite, EVALUATION.md), else 0")
           ->check(CLI::Range(0, 64));
+  app.add_option("--kv-pool-side", p.pool_side,
+                 "qevict pooling: both (the windows either side of a peak rise with it) or "
+                 "after (only the windows that follow it: the rest of a value the question "
+                 "found)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"both", "after"}));
   app.add_flag("--kv-strict-ledger", p.strict_ledger,
                "charge ledger copies held by promoted windows to the budget");
   o.prefill_route =

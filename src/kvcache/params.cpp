@@ -49,6 +49,11 @@ Status KvCacheParams::validate() const {
     return Status::error(fmt::format("--kv-pool must be in [0, 64], got {}", pool));
   if (pool != 0 && !row->uses_score)
     return Status::error(fmt::format("--kv-pool applies to the qevict policy, not to {}", policy));
+  if (pool_side != "both" && pool_side != "after")
+    return Status::error(fmt::format("--kv-pool-side must be both or after, got '{}'", pool_side));
+  if (pool_side != "both" && !row->uses_score)
+    return Status::error(
+        fmt::format("--kv-pool-side applies to the qevict policy, not to {}", policy));
   if (score != "sum" && !row->uses_score)
     return Status::error(fmt::format("--kv-score applies to the qevict policy, not to {}", policy));
   return Status::ok();

@@ -40,6 +40,10 @@ struct KvCacheParams {
   // qevict: rank a window by the highest score within `pool` windows either side of it
   // (QEvictPolicy; SnapKV's pooling at window granularity). 0: its own score only.
   int pool = 0;
+  // Which neighbours pool into a window: "both" (ids within `pool` either side) or "after"
+  // (a window takes the best of itself and the `pool` windows before it, so only the windows
+  // that follow a peak — the rest of a value the question found — rise with it).
+  std::string pool_side = "both";
   // When a budgeted cache routes during prefill (SPEC §4): "chunk" after every prefill chunk
   // (peak bytes ≤ budget + one chunk, whatever the prompt); "end" holds the whole prompt in
   // full precision and routes once, when the prompt is complete (SequenceKvCache::end_prompt,

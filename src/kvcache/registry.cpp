@@ -76,7 +76,7 @@ std::deque<PolicyInfo> built_ins() {
     };
     r.make_policy = [](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
       return std::make_unique<QEvictPolicy>(p.score == "age" ? ScoreMode::kAge : ScoreMode::kSum,
-                                            p.pool);
+                                            p.pool, p.pool_side == "after");
     };
     rows.push_back(std::move(r));
   }

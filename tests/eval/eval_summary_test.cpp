@@ -95,6 +95,15 @@ TEST(EvalVariants, PoolIsAQevictOption) {
   EXPECT_EQ((*v)[1].params.pool, 0);
   o.variants = {"snapkv:pool=2"};
   EXPECT_FALSE(expand_variants(o).has_value());  // SnapKV pools tokens its own way
+  o.variants = {"qevict:pool_side=after"};
+  v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  EXPECT_EQ((*v)[0].params.pool_side, "after");
+  EXPECT_EQ((*v)[0].params.pool, 2);
+  o.variants = {"qevict:pool_side=before"};
+  EXPECT_FALSE(expand_variants(o).has_value());
+  o.variants = {"h2o:pool_side=after"};
+  EXPECT_FALSE(expand_variants(o).has_value());
 }
 
 TEST(EvalResults, PartialAndForeignLinesAreSkipped) {

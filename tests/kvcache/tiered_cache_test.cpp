@@ -374,12 +374,13 @@ TEST(SlotPool, CompactMovesLiveSlotsDownAndReleasesChunks) {
 // Brute force: rank by (score desc, window asc); fill F by count, then Q, rest E. With
 // pooling (r > 0), by (the max score among candidates within r ids desc, own score desc,
 // window asc).
-class QEvictPolicyRule : public ::testing::TestWithParam<int> {};
+// (pool radius, after_only)
+class QEvictPolicyRule : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(QEvictPolicyRule, MatchesBruteForceRule) {
-  const int r = GetParam();
-  std::mt19937 rng(17 + r);
-  QEvictPolicy pol(ScoreMode::kSum, r);
+  const auto [r, after_only] = GetParam();
+  std::mt19937 rng(17 + r + (after_only ? 100 : 0));
+  QEvictPolicy pol(ScoreMode::kSum, r, after_only);
   for (int trial = 0; trial < 200; ++trial) {
     const int n = int(rng() % 40);
     RoutingRequest req;
@@ -391,7 +392,7 @@ TEST_P(QEvictPolicyRule, MatchesBruteForceRule) {
       in[i].score = double(rng() % 7);  // many ties
       in[i].tier = Tier(rng() % 3);
     }
-    std::shuffle(in.begin(), in.end(), rng);
+    if (trial % 2 == 0) std::shuffle(in.begin(), in.end(), rng);  // else in id order, as stored
     RoutingBudget& b = req.budget;
     req.n_past = 1000;
     b.window_full = 100;
@@ -410,7 +411,8 @@ TEST_P(QEvictPolicyRule, MatchesBruteForceRule) {
     for (int i = 0; i < n; ++i) {
       pooled[i] = in[i].score;
       for (int j = 0; j < n; ++j)
-        if (std::abs(in[j].id - in[i].id) <= r) pooled[i] = std::max(pooled[i], in[j].score);
+        if (in[j].id >= in[i].id - r && in[j].id <= in[i].id + (after_only ? 0 : r))
+          pooled[i] = std::max(pooled[i], in[j].score);
     }
     for (int i = 0; i < n; ++i)  // selection sort: obviously right
       for (int j = i + 1; j < n; ++j) {
@@ -426,7 +428,8 @@ TEST_P(QEvictPolicyRule, MatchesBruteForceRule) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Pool, QEvictPolicyRule, ::testing::Values(0, 1, 2, 5));
+INSTANTIATE_TEST_SUITE_P(Pool, QEvictPolicyRule,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 5), ::testing::Bool()));
 
 // Pooling at work: a lone peak's neighbours outrank a middling window far from it, and the
 // peak itself keeps its place ahead of them. One F slot, two Q slots.
@@ -445,8 +448,8 @@ TEST(QEvictPolicy, PoolingKeepsAPeaksNeighbours) {
   req.budget.window_quant = 30;
   req.budget.full_bytes = 100;
   req.budget.quant_bytes = 60;
-  auto tiers = [&](int pool) {
-    QEvictPolicy pol(ScoreMode::kSum, pool);
+  auto tiers = [&](int pool, bool after_only = false) {
+    QEvictPolicy pol(ScoreMode::kSum, pool, after_only);
     RoutingPlan plan;
     pol.plan(req, &plan);
     EXPECT_TRUE(check_plan(req, plan).is_ok());
@@ -456,6 +459,8 @@ TEST(QEvictPolicy, PoolingKeepsAPeaksNeighbours) {
   };
   EXPECT_EQ(tiers(0), "EQFEEEEQ");  // own scores: 5.0 F, then 0.3 and 0.2 Q
   EXPECT_EQ(tiers(1), "EQFQEEEE");  // windows 1 and 3 rank with the peak
+  // Only the windows after the peak rise with it: 3 and 4 outrank 1 (0.3) at radius 2.
+  EXPECT_EQ(tiers(2, true), "EEFQQEEE");
 }
 
 }  // namespace

@@ -11,26 +11,32 @@ void QEvictPolicy::plan(const RoutingRequest& req, RoutingPlan* plan) {
   rank_.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i)
     rank_[i] = rank_score(mode_, in[i], req.n_past, req.scores_from);
-  pooled_ = rank_;
+  const std::vector<double>* key = &rank_;
   if (pool_ > 0) {  // the max over the candidates within pool_ ids, in id order
+    pooled_.resize(in.size());
     by_id_.resize(in.size());
     for (size_t i = 0; i < in.size(); ++i) by_id_[i] = static_cast<int32_t>(i);
-    std::sort(by_id_.begin(), by_id_.end(),
-              [&](int32_t a, int32_t c) { return in[a].id < in[c].id; });
+    const auto older = [&](int32_t a, int32_t c) { return in[a].id < in[c].id; };
+    // WindowStore hands candidates in id order; a test may not.
+    if (!std::is_sorted(by_id_.begin(), by_id_.end(), older))
+      std::sort(by_id_.begin(), by_id_.end(), older);
     for (size_t k = 0; k < by_id_.size(); ++k) {
       const int32_t i = by_id_[k];
       double m = rank_[i];
       for (size_t j = k; j-- > 0 && in[by_id_[j]].id >= in[i].id - pool_;)
         m = std::max(m, rank_[by_id_[j]]);
-      for (size_t j = k + 1; j < by_id_.size() && in[by_id_[j]].id <= in[i].id + pool_; ++j)
-        m = std::max(m, rank_[by_id_[j]]);
+      if (!after_only_)
+        for (size_t j = k + 1; j < by_id_.size() && in[by_id_[j]].id <= in[i].id + pool_; ++j)
+          m = std::max(m, rank_[by_id_[j]]);
       pooled_[i] = m;
     }
+    key = &pooled_;
   }
+  const std::vector<double>& pooled = *key;
   order_.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) order_[i] = static_cast<int32_t>(i);
   std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t c) {
-    if (pooled_[a] != pooled_[c]) return pooled_[a] > pooled_[c];
+    if (pooled[a] != pooled[c]) return pooled[a] > pooled[c];
     if (rank_[a] != rank_[c]) return rank_[a] > rank_[c];
     return in[a].id < in[c].id;  // deterministic: older first
   });

@@ -16,7 +16,10 @@
 // ties by its own score, then older first: SnapKV's pooling of scores along the key axis
 // (BASELINES.md), at window granularity. A value that spans windows — a UUID is ~25 tokens —
 // draws the question's attention to its first window; the windows after it rank with it
-// instead of being evicted at the prompt's end, when nothing has read them yet.
+// instead of being evicted at the prompt's end, when nothing has read them yet. With
+// `after_only`, only the r windows before a window pool into it (ids in [id − r, id]): the
+// windows that follow a peak rise with it, the ones before it do not — half the budget
+// symmetric pooling spends on a text with many peaks.
 #pragma once
 
 #include <algorithm>
@@ -29,8 +32,8 @@ enum class ScoreMode { kSum, kAge };
 
 class QEvictPolicy final : public RoutingPolicy {
  public:
-  explicit QEvictPolicy(ScoreMode mode = ScoreMode::kSum, int pool = 0)
-      : mode_(mode), pool_(pool) {}
+  explicit QEvictPolicy(ScoreMode mode = ScoreMode::kSum, int pool = 0, bool after_only = false)
+      : mode_(mode), pool_(pool), after_only_(after_only) {}
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "qevict"; }
 
@@ -44,6 +47,7 @@ class QEvictPolicy final : public RoutingPolicy {
  private:
   ScoreMode mode_;
   int pool_;
+  bool after_only_;
   std::vector<int32_t> order_, by_id_;  // reused: routing allocates nothing in steady state
   std::vector<double> rank_, pooled_;
 };
