@@ -158,36 +158,10 @@ TEST(CriticalKVPolicy, ValueNormsReorderTheSecondStage) {
   EXPECT_EQ(obs_family::kept_of(req, plan, 0), (std::set<int32_t>{0, 20}));
 }
 
-// A W_O of n_embd rows × q_width columns, random, as an F32 GGUF weight.
-struct TestWo {
-  std::vector<float> w;
-  OutputProjection proj;
-  std::vector<double> f64;
-  TestWo(const KvShape& s, int64_t n_embd, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    const int64_t qw = s.q_width();
-    w.resize(size_t(n_embd * qw));
-    // Columns of some query heads scaled up: value norms then differ by head and token.
-    for (int64_t e = 0; e < n_embd; ++e)
-      for (int64_t c = 0; c < qw; ++c) w[size_t(e * qw + c)] = d(rng) * (1.0f + float(c % 5));
-    f64.assign(w.begin(), w.end());
-    for (int l = 0; l < s.n_layers; ++l) {
-      WeightView v;
-      v.type = GgmlType::kF32;
-      v.data = reinterpret_cast<const uint8_t*>(w.data());
-      v.n_cols = qw;
-      v.n_rows = n_embd;
-      v.row_bytes = size_t(qw) * sizeof(float);
-      proj.wo.push_back(v);
-    }
-  }
-};
-
 TEST(CriticalKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
   const KvShape s = obs_family::small_shape(2, 4, 2, 8);
   const int recent = 4;
-  const TestWo wo(s, 12, 5);
+  const obs_family::TestWo wo(s, 12, 5, 5);
   for (const bool adaptive : {false, true}) {
     SCOPED_TRACE(adaptive ? "criticaladakv" : "criticalkv");
     KvCacheParams p =

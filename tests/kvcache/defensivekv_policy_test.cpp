@@ -219,35 +219,10 @@ TEST(DefensiveKVPolicy, MaxOverHeadsNotMean) {
   EXPECT_EQ(obs_family::kept_of(req, plan, 0), (std::set<int32_t>{0}));
 }
 
-// A W_O as an F32 weight (value norms differ by query head and token).
-struct TestWo {
-  std::vector<float> w;
-  OutputProjection proj;
-  std::vector<double> f64;
-  TestWo(const KvShape& s, int64_t n_embd, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    const int64_t qw = s.q_width();
-    w.resize(size_t(n_embd * qw));
-    for (int64_t e = 0; e < n_embd; ++e)
-      for (int64_t c = 0; c < qw; ++c) w[size_t(e * qw + c)] = d(rng) * (1.0f + float(c % 3));
-    f64.assign(w.begin(), w.end());
-    for (int l = 0; l < s.n_layers; ++l) {
-      WeightView v;
-      v.type = GgmlType::kF32;
-      v.data = reinterpret_cast<const uint8_t*>(w.data());
-      v.n_cols = qw;
-      v.n_rows = n_embd;
-      v.row_bytes = size_t(qw) * sizeof(float);
-      proj.wo.push_back(v);
-    }
-  }
-};
-
 TEST(DefensiveKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
   const KvShape s = obs_family::small_shape(3, 4, 2, 8);
   const int recent = 4, w = 8;
-  const TestWo wo(s, 10, 8);
+  const obs_family::TestWo wo(s, 10, 8, 3);
   for (const bool over_layers : {false, true}) {
     SCOPED_TRACE(over_layers ? "layer-defensivekv" : "defensivekv");
     KvCacheParams p =
