@@ -92,7 +92,7 @@ int run_bench(const BenchArgs& a) {
         if (!s) return fail(s.message());
       }
       // --prefill-route end compresses once the prompt is in: part of the prefill's time.
-      if (Status s = cache.end_prompt(); !s) return fail(s.message());
+      if (Status s = cache.end_prompt_alone(pool); !s) return fail(s.message());
       auto t1 = std::chrono::steady_clock::now();
       KvReport rep;
       cache.report(&rep);

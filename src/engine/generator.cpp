@@ -104,6 +104,7 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     st.peak_prompt_bytes = std::max(st.peak_prompt_bytes, b);
   };
   auto end_prompts = [&](const std::vector<size_t>& which) -> Status {
+    if (which.size() == 1) return requests[which[0]].cache->end_prompt_alone(pool);
     std::vector<Status> ended(which.size());
     pool.parallel_for(int64_t(which.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)

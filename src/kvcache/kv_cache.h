@@ -68,6 +68,18 @@ class SequenceKvCache {
   // route() does. Errors only when a policy's plan does not fit the budget (nothing is
   // changed then).
   virtual Status commit() = 0;
+  // commit() / end_prompt() for a caller that ends this one cache's call alone (no other
+  // cache commits beside it): a cache may then spread its routing work over `pool`. The
+  // result is the same as commit() / end_prompt()'s. Callers that commit many caches side by
+  // side call those instead, one cache a thread.
+  virtual Status commit_alone(ThreadPool& pool) {
+    (void)pool;
+    return commit();
+  }
+  virtual Status end_prompt_alone(ThreadPool& pool) {
+    (void)pool;
+    return end_prompt();
+  }
 
   // The prompt is complete (the caller has committed its last prefill chunk). A cache that
   // defers prefill routing (--prefill-route end, SPEC §4) runs its one routing event over

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace qevict {
@@ -104,17 +105,54 @@ void TieredKvCache::observe(int layer, const float* q, ThreadPool& pool) {
   for (int64_t b = 0; b < nb; ++b) store_.add_score(layer, block_window_[b], mass_[b] * inv_hq);
 }
 
+bool TieredKvCache::route_layers_parallel(std::vector<Status>* st) {
+  if (route_pool_ == nullptr || route_pool_->size() < 2 || trace_ || shape_.n_layers < 2)
+    return false;
+  const int T = route_pool_->size();
+  if (int(route_workers_.size()) < T - 1) {
+    for (int t = int(route_workers_.size()); t < T - 1; ++t) {
+      RouteWorker w;
+      w.policy = policy_->clone();
+      if (!w.policy) return false;
+      route_workers_.push_back(std::move(w));
+    }
+  }
+  st->assign(size_t(shape_.n_layers), Status::ok());
+  std::atomic<int> next{0};
+  route_pool_->run([&](int t) {
+    RoutingPolicy* pol = t == 0 ? policy_.get() : route_workers_[size_t(t - 1)].policy.get();
+    RoutingRequest& req = t == 0 ? request_ : route_workers_[size_t(t - 1)].request;
+    RoutingPlan& plan = t == 0 ? plan_ : route_workers_[size_t(t - 1)].plan;
+    for (int l; (l = next.fetch_add(1)) < shape_.n_layers;) {  // layers differ in work
+      store_.candidates(l, n_past_, &req);
+      req.scores_from = scores_from_;
+      pol->plan(req, &plan);
+      (*st)[size_t(l)] = store_.apply(l, req, plan);
+    }
+  });
+  return true;
+}
+
 Status TieredKvCache::route_event(bool decode) {
   clock_.on_event_begin(routing_events_, n_past_, decode);
   if (trace_) trace_->on_event_begin(routing_events_, n_past_, decode);
-  for (int l = 0; l < shape_.n_layers; ++l) {
-    store_.candidates(l, n_past_, &request_);
-    request_.scores_from = scores_from_;
-    policy_->plan(request_, &plan_);
-    const Status s = store_.apply(l, request_, plan_);
-    if (!s)
-      return Status::error(fmt::format("{} policy, layer {}: {}", policy_->name(), l, s.message()));
-    if (trace_) trace_->on_layer_routed(routing_events_, n_past_, l, store_);
+  std::vector<Status> st;
+  if (route_layers_parallel(&st)) {
+    for (int l = 0; l < shape_.n_layers; ++l)
+      if (!st[size_t(l)])
+        return Status::error(
+            fmt::format("{} policy, layer {}: {}", policy_->name(), l, st[size_t(l)].message()));
+  } else {
+    for (int l = 0; l < shape_.n_layers; ++l) {
+      store_.candidates(l, n_past_, &request_);
+      request_.scores_from = scores_from_;
+      policy_->plan(request_, &plan_);
+      const Status s = store_.apply(l, request_, plan_);
+      if (!s)
+        return Status::error(
+            fmt::format("{} policy, layer {}: {}", policy_->name(), l, s.message()));
+      if (trace_) trace_->on_layer_routed(routing_events_, n_past_, l, store_);
+    }
   }
   clock_.on_event_end(routing_events_);
   if (trace_) trace_->on_event_end(routing_events_);
@@ -146,6 +184,20 @@ Status TieredKvCache::route_prompt() {
 Status TieredKvCache::end_prompt() {
   if (!prompt_pending_) return Status::ok();
   return route_prompt();
+}
+
+Status TieredKvCache::commit_alone(ThreadPool& pool) {
+  route_pool_ = &pool;
+  const Status s = commit();
+  route_pool_ = nullptr;
+  return s;
+}
+
+Status TieredKvCache::end_prompt_alone(ThreadPool& pool) {
+  route_pool_ = &pool;
+  const Status s = end_prompt();
+  route_pool_ = nullptr;
+  return s;
 }
 
 Status TieredKvCache::commit() {
@@ -182,6 +234,10 @@ void TieredKvCache::trim_scratch() {
   std::vector<int32_t>().swap(block_window_);
   std::vector<RoutingCandidate>().swap(request_.candidates);
   std::vector<PlanEntry>().swap(plan_.entries);
+  for (RouteWorker& w : route_workers_) {
+    std::vector<RoutingCandidate>().swap(w.request.candidates);
+    std::vector<PlanEntry>().swap(w.plan.entries);
+  }
 }
 
 void TieredKvCache::clear() {
@@ -200,12 +256,15 @@ void TieredKvCache::clear() {
 size_t TieredKvCache::bytes_held() const {
   // Everything the object holds: the fixed-size RoPE table, the store (pools, sinks, window
   // entries), attention and routing scratch (bounded by the kept windows and the batch).
+  size_t routing = request_.candidates.capacity() * sizeof(RoutingCandidate) +
+                   plan_.entries.capacity() * sizeof(PlanEntry);
+  for (const RouteWorker& w : route_workers_)
+    routing += sizeof(w) + w.request.candidates.capacity() * sizeof(RoutingCandidate) +
+               w.plan.entries.capacity() * sizeof(PlanEntry);
   return sizeof(*this) + rope_.bytes() + store_.bytes_allocated() + attn_.bytes() +
          mass_.capacity() * sizeof(double) + blocks_.capacity() * sizeof(KvBlockRef) +
          block_window_.capacity() * sizeof(int32_t) + head_off_.capacity() * sizeof(int64_t) +
-         request_.candidates.capacity() * sizeof(RoutingCandidate) +
-         plan_.entries.capacity() * sizeof(PlanEntry) +
-         (obs_q_.capacity() + obs_out_.capacity()) * sizeof(float);
+         routing + (obs_q_.capacity() + obs_out_.capacity()) * sizeof(float);
 }
 
 std::string TieredKvCache::describe() const {

@@ -49,6 +49,10 @@ class TieredKvCache final : public SequenceKvCache {
               ThreadPool& pool) override;
   Status commit() override;
   Status end_prompt() override;
+  // With a pool of more than one thread, a routing event plans and applies its layers on all
+  // of them (each thread its own copy of the policy); the same result as commit().
+  Status commit_alone(ThreadPool& pool) override;
+  Status end_prompt_alone(ThreadPool& pool) override;
   Status route() override;
   bool prefill_keeps_everything() const override { return defer_prefill_; }
   // Replay of a deferred prompt: the tokens, and window scores from the shared masses (f16
@@ -71,6 +75,9 @@ class TieredKvCache final : public SequenceKvCache {
   // Frees the attention and routing scratch a prefill chunk grew (decode regrows its own).
   void trim_scratch();
   Status route_event(bool decode);
+  // route_event's layers over route_pool_'s threads; false when it cannot (no pool, a
+  // policy without clone(), a trace, which wants the layers in order).
+  bool route_layers_parallel(std::vector<Status>* st);
   // The one routing event of a deferred prompt (--prefill-route end).
   Status route_prompt();
   // Whether this call's queries belong to the prompt's observation window.
@@ -88,6 +95,15 @@ class TieredKvCache final : public SequenceKvCache {
   KvCacheParams p_;
   KvBudget budget_;
   std::unique_ptr<RoutingPolicy> policy_;
+  // Set for the length of a commit_alone / end_prompt_alone call: threads a routing event
+  // may use. Per thread past the first: a copy of the policy, a request and a plan.
+  ThreadPool* route_pool_ = nullptr;
+  struct RouteWorker {
+    std::unique_ptr<RoutingPolicy> policy;
+    RoutingRequest request;
+    RoutingPlan plan;
+  };
+  std::vector<RouteWorker> route_workers_;
   QuantLayout qlayout_;
   RopeTable rope_;
   WindowStore store_;

@@ -233,7 +233,7 @@ void WindowStore::demote(Layer& L, Window& w, int32_t id) {
     w.q_slot = L.qpool.acquire();
     quantize_window(ql_, kp.data(), vp.data(), w.n, L.qpool.at(w.q_slot));
     ++L.counters.quantizations;
-    quant_s_ += since(t0);
+    L.quant_s += since(t0);
   }
   if (w.f_slot >= 0) {
     L.fpool.release(w.f_slot);
@@ -266,7 +266,7 @@ void WindowStore::promote(Layer& L, Window& w, int32_t id) {
   }
   w.tier = Tier::kFull;
   ++L.counters.promotions;
-  promote_s_ += since(t0);
+  L.promote_s += since(t0);
 }
 
 void WindowStore::evict(Layer& L, Window& w) {
@@ -305,8 +305,8 @@ void WindowStore::clear() {
     L.fpool.reset();
     L.qpool.reset();
     L.counters = KvLayerReport();
+    L.quant_s = L.promote_s = 0.0;
   }
-  quant_s_ = promote_s_ = 0.0;
 }
 
 const uint8_t* WindowStore::ledger(int layer, int32_t id) const {

@@ -67,7 +67,7 @@ class WindowStore {
   // The candidates of a routing event at n_past: aged windows not yet evicted, oldest first.
   void candidates(int layer, int64_t n_past, RoutingRequest* req) const;
   // Checks `plan` (an answer to `req`) against the budget and applies it; on error nothing
-  // changed.
+  // changed. Layers are independent: different layers may be routed on different threads.
   Status apply(int layer, const RoutingRequest& req, const RoutingPlan& plan);
 
   void clear();
@@ -90,8 +90,16 @@ class WindowStore {
   // Counts and bytes of one layer; tiers [position] when `tiers` is given.
   KvLayerReport layer_report(int layer) const;
   void position_tiers(int layer, int64_t n_past, std::vector<Tier>* out) const;
-  double quantize_seconds() const { return quant_s_; }
-  double promote_seconds() const { return promote_s_; }
+  double quantize_seconds() const {
+    double s = 0.0;
+    for (const Layer& L : layers_) s += L.quant_s;
+    return s;
+  }
+  double promote_seconds() const {
+    double s = 0.0;
+    for (const Layer& L : layers_) s += L.promote_s;
+    return s;
+  }
 
  private:
   struct Layer {
@@ -104,6 +112,8 @@ class WindowStore {
     int64_t dropped = 0;     // evicted windows whose entries were dropped
     SlotPool fpool, qpool;   // K|V windows; ledger
     KvLayerReport counters;  // moves so far (the counts by tier are filled on report)
+    double quant_s = 0.0, promote_s = 0.0;  // time quantizing / promoting (per layer: layers
+                                            // may route on different threads)
   };
 
   static Window* find(Layer& L, int32_t id);
@@ -123,7 +133,6 @@ class WindowStore {
   HalfType dtype_;
   const RopeTable* rope_;
   std::vector<Layer> layers_;
-  double quant_s_ = 0.0, promote_s_ = 0.0;
 };
 
 }  // namespace qevict

@@ -318,7 +318,7 @@ Status Model::forward(std::vector<BatchSegment>& segments, ThreadPool& pool) {
   // sequence then no longer leaves the other threads idle).
   std::vector<Status> st(segments.size());
   if (segments.size() == 1) {
-    st[0] = segments[0].cache->commit();
+    st[0] = segments[0].cache->commit_alone(pool);  // its routing may use the threads
   } else {
     pool.parallel_for(int64_t(segments.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) st[size_t(i)] = segments[size_t(i)].cache->commit();

@@ -36,6 +36,9 @@ class QEvictPolicy final : public RoutingPolicy {
       : mode_(mode), pool_(pool), after_only_(after_only) {}
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "qevict"; }
+  std::unique_ptr<RoutingPolicy> clone() const override {
+    return std::make_unique<QEvictPolicy>(mode_, pool_, after_only_);
+  }
 
   // What a candidate is ranked by at position n_past; `scores_from` as in RoutingRequest.
   static double rank_score(ScoreMode mode, const RoutingCandidate& c, int64_t n_past,

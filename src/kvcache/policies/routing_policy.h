@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,10 @@ class RoutingPolicy {
   virtual void plan(const RoutingRequest& req, RoutingPlan* plan) = 0;
   virtual std::string name() const = 0;
   virtual PolicyNeeds needs() const { return {}; }
+  // A fresh instance with the same rule, for caches that plan layers on several threads at
+  // once (a policy's members are scratch only between plan() calls); null: plan layers one
+  // after the other on this instance.
+  virtual std::unique_ptr<RoutingPolicy> clone() const { return nullptr; }
   // Layer budgets (per-layer requests): the history tokens `layer` may keep over its n_heads
   // KV heads when the budget gives each head `heavy` on average and the sequence has n_hist
   // history positions. The cache checks that the layers' sum is at most

@@ -16,6 +16,9 @@ class StreamingPolicy final : public RoutingPolicy {
  public:
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "streaming"; }
+  std::unique_ptr<RoutingPolicy> clone() const override {
+    return std::make_unique<StreamingPolicy>();
+  }
 
  private:
   std::vector<int32_t> order_;  // reused: no allocation in steady state
