@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/random_wo.h"
 #include "kvcache/obs_family.h"
 
 namespace qevict {
@@ -161,7 +162,8 @@ TEST(CriticalKVPolicy, ValueNormsReorderTheSecondStage) {
 TEST(CriticalKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
   const KvShape s = obs_family::small_shape(2, 4, 2, 8);
   const int recent = 4;
-  const obs_family::TestWo wo(s, 12, 5, 5);
+  std::mt19937 wo_rng(5);
+  const test::RandomWo wo(s, 12, wo_rng, 5);
   for (const bool adaptive : {false, true}) {
     SCOPED_TRACE(adaptive ? "criticaladakv" : "criticalkv");
     KvCacheParams p =

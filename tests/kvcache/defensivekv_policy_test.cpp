@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 
+#include "common/random_wo.h"
 #include "kvcache/obs_family.h"
 
 namespace qevict {
@@ -222,7 +223,8 @@ TEST(DefensiveKVPolicy, MaxOverHeadsNotMean) {
 TEST(DefensiveKVCache, MatchesBruteForceModelAndHoldsTheBudget) {
   const KvShape s = obs_family::small_shape(3, 4, 2, 8);
   const int recent = 4, w = 8;
-  const obs_family::TestWo wo(s, 10, 8, 3);
+  std::mt19937 wo_rng(8);
+  const test::RandomWo wo(s, 10, wo_rng, 3);
   for (const bool over_layers : {false, true}) {
     SCOPED_TRACE(over_layers ? "layer-defensivekv" : "defensivekv");
     KvCacheParams p =

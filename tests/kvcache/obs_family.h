@@ -37,33 +37,6 @@ inline KvShape small_shape(int n_layers = 3, int n_q_heads = 4, int n_kv_heads =
   return s;
 }
 
-// A W_O of n_embd rows × q_width columns, random, as an F32 GGUF weight (one view per
-// layer, all the same matrix). Column c is scaled by 1 + c % period, so that value norms
-// through it differ by query head and token (CriticalKV's and DefensiveKV's projected norms).
-struct TestWo {
-  std::vector<float> w;
-  OutputProjection proj;
-  std::vector<double> f64;
-  TestWo(const KvShape& s, int64_t n_embd, uint32_t seed, int period) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    const int64_t qw = s.q_width();
-    w.resize(size_t(n_embd * qw));
-    for (int64_t e = 0; e < n_embd; ++e)
-      for (int64_t c = 0; c < qw; ++c) w[size_t(e * qw + c)] = d(rng) * (1.0f + float(c % period));
-    f64.assign(w.begin(), w.end());
-    for (int l = 0; l < s.n_layers; ++l) {
-      WeightView v;
-      v.type = GgmlType::kF32;
-      v.data = reinterpret_cast<const uint8_t*>(w.data());
-      v.n_cols = qw;
-      v.n_rows = n_embd;
-      v.row_bytes = size_t(qw) * sizeof(float);
-      proj.wo.push_back(v);
-    }
-  }
-};
-
 // M: one token of one KV head = K + V (16-bit) + its int32 position.
 inline size_t token_head_bytes(const KvShape& s) { return size_t(2) * s.head_dim * 2 + 4; }
 
