@@ -123,14 +123,20 @@ bool TieredKvCache::route_layers_parallel(std::vector<Status>* st) {
     RoutingPolicy* pol = t == 0 ? policy_.get() : route_workers_[size_t(t - 1)].policy.get();
     RoutingRequest& req = t == 0 ? request_ : route_workers_[size_t(t - 1)].request;
     RoutingPlan& plan = t == 0 ? plan_ : route_workers_[size_t(t - 1)].plan;
-    for (int l; (l = next.fetch_add(1)) < shape_.n_layers;) {  // layers differ in work
-      store_.candidates(l, n_past_, &req);
-      req.scores_from = scores_from_;
-      pol->plan(req, &plan);
-      (*st)[size_t(l)] = store_.apply(l, req, plan);
-    }
+    for (int l; (l = next.fetch_add(1)) < shape_.n_layers;)  // layers differ in work
+      (*st)[size_t(l)] = route_layer(l, *pol, req, plan);
   });
   return true;
+}
+
+Status TieredKvCache::route_layer(int l, RoutingPolicy& pol, RoutingRequest& req,
+                                  RoutingPlan& plan) {
+  store_.candidates(l, n_past_, &req);
+  req.scores_from = scores_from_;
+  pol.plan(req, &plan);
+  const Status s = store_.apply(l, req, plan);
+  if (!s) return Status::error(fmt::format("{} policy, layer {}: {}", pol.name(), l, s.message()));
+  return s;
 }
 
 Status TieredKvCache::route_event(bool decode) {
@@ -138,19 +144,10 @@ Status TieredKvCache::route_event(bool decode) {
   if (trace_) trace_->on_event_begin(routing_events_, n_past_, decode);
   std::vector<Status> st;
   if (route_layers_parallel(&st)) {
-    for (int l = 0; l < shape_.n_layers; ++l)
-      if (!st[size_t(l)])
-        return Status::error(
-            fmt::format("{} policy, layer {}: {}", policy_->name(), l, st[size_t(l)].message()));
+    for (const Status& s : st) QEVICT_RETURN_IF_ERROR(s);
   } else {
     for (int l = 0; l < shape_.n_layers; ++l) {
-      store_.candidates(l, n_past_, &request_);
-      request_.scores_from = scores_from_;
-      policy_->plan(request_, &plan_);
-      const Status s = store_.apply(l, request_, plan_);
-      if (!s)
-        return Status::error(
-            fmt::format("{} policy, layer {}: {}", policy_->name(), l, s.message()));
+      QEVICT_RETURN_IF_ERROR(route_layer(l, *policy_, request_, plan_));
       if (trace_) trace_->on_layer_routed(routing_events_, n_past_, l, store_);
     }
   }

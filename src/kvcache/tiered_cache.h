@@ -78,6 +78,8 @@ class TieredKvCache final : public SequenceKvCache {
   // route_event's layers over route_pool_'s threads; false when it cannot (no pool, a
   // policy without clone(), a trace, which wants the layers in order).
   bool route_layers_parallel(std::vector<Status>* st);
+  // One layer of a routing event: candidates, the policy's plan, the store applies it.
+  Status route_layer(int l, RoutingPolicy& pol, RoutingRequest& req, RoutingPlan& plan);
   // The one routing event of a deferred prompt (--prefill-route end).
   Status route_prompt();
   // Whether this call's queries belong to the prompt's observation window.

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "common/random_wo.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
@@ -19,16 +20,7 @@
 namespace qevict {
 namespace {
 
-KvShape shape() {
-  KvShape s;
-  s.n_layers = 3;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  s.rope.freq_base = 10000.0f;
-  return s;
-}
+KvShape shape() { return test::rope_shape(3, 4, 2, 16); }
 
 std::unique_ptr<SequenceKvCache> make(int64_t n_ctx, const std::string& policy, double budget,
                                       const std::string& route, int64_t prefill_window = 0) {

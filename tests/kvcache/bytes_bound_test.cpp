@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "common/random_wo.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
@@ -22,16 +23,7 @@
 namespace qevict {
 namespace {
 
-KvShape small_shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 2;
-  s.n_kv_heads = 1;
-  s.head_dim = 32;
-  s.rope.n_rot = 32;
-  s.rope.freq_base = 10000.0f;
-  return s;
-}
+KvShape small_shape() { return test::rope_shape(2, 2, 1, 32); }
 
 void step(SequenceKvCache& c, const KvShape& s, int64_t n, ThreadPool& pool, std::mt19937& r) {
   std::normal_distribution<float> dist(0.0f, 1.0f);

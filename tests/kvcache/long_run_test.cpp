@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
@@ -32,16 +33,7 @@ int64_t long_run_positions() {
   return e && *e ? std::max<int64_t>(2000, std::atoll(e)) : 20000;
 }
 
-KvShape long_shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  s.rope.freq_base = 10000.0f;
-  return s;
-}
+KvShape long_shape() { return test::rope_shape(2, 4, 2, 16); }
 
 // The stream: position p's q/k/v of layer l, reproducible from (l, p) alone, so that the
 // reference can rebuild any kept position's key without storing a million of them.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
 #include "kvcache/tiered_cache.h"
@@ -18,14 +19,7 @@ namespace qevict {
 namespace {
 
 KvShape shape() {
-  KvShape s;
-  s.n_layers = 5;  // odd: the threads take different numbers of layers
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  s.rope.freq_base = 10000.0f;
-  return s;
+  return test::rope_shape(5, 4, 2, 16);  // 5 layers: the threads take different numbers
 }
 
 struct Variant {

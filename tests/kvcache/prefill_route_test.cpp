@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
@@ -21,16 +22,7 @@
 namespace qevict {
 namespace {
 
-KvShape shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 2;
-  s.n_kv_heads = 1;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  s.rope.freq_base = 10000.0f;
-  return s;
-}
+KvShape shape() { return test::rope_shape(2, 2, 1, 16); }
 
 std::unique_ptr<SequenceKvCache> make(const KvShape& s, int64_t n_ctx, const KvCacheParams& p) {
   auto c = make_kv_cache(s, n_ctx, p);

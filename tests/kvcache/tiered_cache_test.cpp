@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
@@ -23,16 +24,7 @@
 namespace qevict {
 namespace {
 
-KvShape test_shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 6;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  s.rope.freq_base = 10000.0f;
-  return s;
-}
+KvShape test_shape() { return test::rope_shape(2, 6, 2, 16); }
 
 struct Driver {
   KvShape shape = test_shape();

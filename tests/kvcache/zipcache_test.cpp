@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "core/thread_pool.h"
 #include "kvcache/factory.h"
@@ -111,16 +112,7 @@ TEST(ZipCacheRule, QuantizersAgainstAPlainModel) {
   EXPECT_EQ(off_by_one, 0) << "codes differ from the float16 model";
 }
 
-KvShape shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  s.rope.freq_base = 10000.0f;
-  return s;
-}
+KvShape shape() { return test::rope_shape(2, 4, 2, 16); }
 
 // The brute-force model: softmax of query row q (position pos, all heads) over keys
 // K[t] (t <= pos), summed per KV head; keys as [n][kv_width] f32.

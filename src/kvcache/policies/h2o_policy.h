@@ -29,7 +29,6 @@ class H2OPolicy final : public RoutingPolicy {
   // O(n) (nth_element) in the number of candidates.
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "h2o"; }
-  std::unique_ptr<RoutingPolicy> clone() const override { return std::make_unique<H2OPolicy>(); }
 
  private:
   std::vector<int32_t> order_;  // candidate indices, reused: no allocation in steady state
