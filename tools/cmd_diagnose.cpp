@@ -96,7 +96,7 @@ int run_diagnose_cmd(DiagnoseArgs a) {
   std::printf("%s\n", md.c_str());
   std::fprintf(stderr,
                "wrote %s, %s and %s (FullKV attention per step, layer/head-averaged)\nplots: "
-               "$(tools/venv.sh) tools/diagnostics/plot_diagnostics.py "
+               "$(tools/eval/venv.sh) tools/diagnostics/plot_diagnostics.py "
                "%s\n",
                json_path.c_str(), md_path.c_str(), npy_path.c_str(), json_path.c_str());
   return 0;

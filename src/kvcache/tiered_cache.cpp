@@ -265,12 +265,23 @@ size_t TieredKvCache::bytes_held() const {
 }
 
 std::string TieredKvCache::describe() const {
+  // How windows are ranked, when it is not the paper's Eq. 1 sum: the prompt-end
+  // observation window (--prefill-window) and its pooling, or age-normalised scores.
+  std::string scoring;
+  if (p_.prefill_window > 0 && p_.prefill_route == "end")
+    scoring = fmt::format("prompt-end window of {} queries", p_.prefill_window);
+  if (p_.pool > 0)
+    scoring += fmt::format("{}max-pooled with {} windows {}", scoring.empty() ? "" : ", ", p_.pool,
+                           p_.pool_side == "after" ? "before" : "either side");
+  if (p_.score == "age")
+    scoring += fmt::format("{}age-normalised scores", scoring.empty() ? "" : ", ");
+  if (!scoring.empty()) scoring = " (" + scoring + ")";
   return fmt::format(
       "{}{} (budget {:.1f} KiB/layer, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, M_q "
       "{} B)",
-      policy_->name(), p_.score == "age" ? " (age-normalised scores)" : "", budget_.total / 1024.0,
-      budget_.capacity_full, budget_.capacity_quant, p_.window, p_.route_every, p_.sink, p_.local,
-      p_.bits, budget_.window_full, budget_.window_quant);
+      policy_->name(), scoring, budget_.total / 1024.0, budget_.capacity_full,
+      budget_.capacity_quant, p_.window, p_.route_every, p_.sink, p_.local, p_.bits,
+      budget_.window_full, budget_.window_quant);
 }
 
 void TieredKvCache::report(KvReport* out, ReportDetail detail) const {

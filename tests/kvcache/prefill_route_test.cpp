@@ -291,6 +291,37 @@ TEST(PrefillRoute, QevictEndDefaultsToAnObservationWindowOf32) {
   EXPECT_EQ(p.prefill_window, 0);
 }
 
+// The cache's one-line description says how it ranks windows, so that --kv-stats and the
+// diagnose/eval tables tell the default (prompt-end window, pooled) from the paper's Eq. 1.
+TEST(PrefillRoute, DescriptionNamesTheScorer) {
+  const auto describe = [](KvCacheParams p) {
+    EXPECT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
+    auto c = make(shape(), 400, p);
+    return c ? c->describe() : std::string();
+  };
+  KvCacheParams p = qevict_params("end");
+  const std::string def = describe(p);
+  EXPECT_EQ(def.rfind("qevict (prompt-end window of 32 queries, max-pooled with 2 windows either "
+                      "side) (budget ",
+                      0),
+            0u)
+      << def;
+  p.pool_side = "after";
+  EXPECT_NE(describe(p).find("max-pooled with 2 windows before)"), std::string::npos);
+  KvParamsGiven given;
+  given.prefill_route = given.prefill_window = true;
+  p = qevict_params("chunk");
+  EXPECT_TRUE(apply_policy_defaults(&p, given).is_ok());
+  auto eq1 = make(shape(), 400, p);
+  ASSERT_TRUE(eq1);
+  EXPECT_EQ(eq1->describe().rfind("qevict (budget ", 0), 0u) << eq1->describe();
+  p.score = "age";
+  auto age = make(shape(), 400, p);
+  ASSERT_TRUE(age);
+  EXPECT_EQ(age->describe().rfind("qevict (age-normalised scores) (budget ", 0), 0u)
+      << age->describe();
+}
+
 // After a prompt-end observation window restarted the scores, --kv-score age divides a
 // window's score by the queries since the window's start, not since the window was written.
 TEST(PrefillRoute, AgeRankCountsQueriesSinceTheScoresRestarted) {
