@@ -22,15 +22,13 @@ codes qevict's KIVI cache stored.
 A group whose values are all equal has scale 0: the reference divides 0 by 0 there (its codes
 are undefined: NaN cast to int32); qevict writes code 0. Such groups are counted apart.
 """
-import argparse
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common
+from common import ROOT
 
 
 def quantize_along_last_dim(data, group_size, bit):
@@ -116,27 +114,15 @@ def compare(ref, mine, G, axis_groups):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--qevict", default=os.path.join(ROOT, "build/tools/qevict"))
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"))
-    ap.add_argument("--tokens", type=int, default=1024, help="prompt tokens (all prefill)")
+    ap = common.arg_parser(__doc__, "results/kivi_faith", 40)
     ap.add_argument("--bits", type=int, default=2)
     ap.add_argument("--group", type=int, default=32)
     ap.add_argument("--residual", type=int, default=128)
-    ap.add_argument("--out-dir", default=os.path.join(ROOT, "results/kivi_faith"))
-    ap.add_argument("--golden-out", default="", help="write the CTest golden data here")
-    ap.add_argument("--golden-tokens", type=int, default=40)
     a = ap.parse_args()
     dump = os.path.join(a.out_dir, f"dump_b{a.bits}")
-    os.makedirs(dump, exist_ok=True)
     n = a.tokens
-    cmd = [a.qevict, "perplexity", "-m", a.model, "-f", a.text, "--max-tokens", str(n + 1), "-c", str(n + 1),
-           "--prefill", str(n), "-t", "2", "--kv-policy", "kivi", "--kv-bits", str(a.bits), "--kv-group",
-           str(a.group), "--kv-local", str(a.residual), "--kv-trace", dump]
-    print("+", " ".join(cmd), file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    meta = json.load(open(os.path.join(dump, "kivi_meta.json")))
+    meta, command = common.dump_prompt(a, dump, ["--kv-policy", "kivi", "--kv-bits", str(a.bits), "--kv-group", str(a.group),
+                                        "--kv-local", str(a.residual)], "kivi_meta.json")
     H, D, G, R, L = meta["n_kv_heads"], meta["head_dim"], meta["group"], meta["residual"], meta["n_layers"]
     table = []
     for l in range(L):
@@ -156,7 +142,7 @@ def main():
                          "scale_exact_min": min(r["scale_exact"] for r in rs),
                          "min_exact_min": min(r["min_exact"] for r in rs),
                          "degenerate_groups": sum(r["degenerate"] for r in rs)}
-    result = {"command": " ".join(cmd), "meta": meta, "summary": summary, "per_layer_head": table}
+    result = {"command": command, "meta": meta, "summary": summary, "per_layer_head": table}
     with open(os.path.join(a.out_dir, f"kivi_faithfulness_b{a.bits}.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"KIVI-{a.bits} (G {G}, R {R}, {n} prompt tokens, {L} layers x {H} KV heads):")

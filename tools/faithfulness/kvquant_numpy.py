@@ -31,15 +31,13 @@ CPU inference engine does not compute; the reference's own path without --fisher
 unweighted KMeans) is what is transcribed here. The reference calibrates on 16 wikitext samples
 of 2,048 tokens (LS:L312); here both sides use qevict's one committed calibration sample.
 """
-import argparse
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common
+from common import ROOT
 
 
 # ---------------------------------------------------------------- the reference, transcribed
@@ -198,26 +196,11 @@ def stats(rows, key):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--qevict", default=os.path.join(ROOT, "build/tools/qevict"))
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"))
-    ap.add_argument("--tokens", type=int, default=1024, help="prompt tokens (all prefill)")
+    ap = common.arg_parser(__doc__, "results/kvquant_faith", 40)
     ap.add_argument("--bits", type=int, default=3)
-    ap.add_argument("--out-dir", default=os.path.join(ROOT, "results/kvquant_faith"))
-    ap.add_argument("--no-run", action="store_true", help="reuse the dump in --out-dir")
-    ap.add_argument("--golden-out", default="", help="write the CTest golden data here")
-    ap.add_argument("--golden-tokens", type=int, default=40)
     a = ap.parse_args()
     dump = os.path.join(a.out_dir, f"dump_b{a.bits}")
-    os.makedirs(dump, exist_ok=True)
-    n = a.tokens
-    cmd = [a.qevict, "perplexity", "-m", a.model, "-f", a.text, "--max-tokens", str(n + 1), "-c", str(n + 1),
-           "--prefill", str(n), "-t", "2", "--kv-policy", "kvquant", "--kv-bits", str(a.bits), "--kv-trace", dump]
-    if not a.no_run:
-        print("+", " ".join(cmd), file=sys.stderr, flush=True)
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-    meta = json.load(open(os.path.join(dump, "kvquant_meta.json")))
+    meta, command = common.dump_prompt(a, dump, ["--kv-policy", "kvquant", "--kv-bits", str(a.bits)], "kvquant_meta.json")
     H, D, L, F = meta["n_kv_heads"], meta["head_dim"], meta["n_layers"], meta["first_fp16"]
     s, bits, n = meta["sparsity"], meta["bits"], meta["n"]
     kvw = H * D
@@ -289,7 +272,7 @@ def main():
     summary["v_level_dist_max"] = stats(per_layer, "v_level_dist_max")
     for k in ("k_kmeans_sse_ours_over_ref", "v_kmeans_sse_ours_over_ref"):
         summary[k] = stats(per_layer, k)
-    result = {"command": " ".join(cmd), "meta": meta, "reference": "SqueezeAILab/KVQuant@57a2383",
+    result = {"command": command, "meta": meta, "reference": "SqueezeAILab/KVQuant@57a2383",
               "sklearn": __import__("sklearn").__version__, "numpy": np.__version__,
               "summary": summary, "per_layer": per_layer, "per_layer_head": table}
     def compact(x):  # 7 significant digits, one row a line: the file stays small

@@ -27,15 +27,13 @@ cache chose and stored.
 A constant column or row has step 0: the reference divides 0 by 0 there (NaN cast to uint8);
 qevict writes code 0. Such elements are left out of the agreement and counted apart.
 """
-import argparse
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common
+from common import ROOT
 f16 = np.float16
 M64 = (1 << 64) - 1
 
@@ -196,26 +194,11 @@ def compare_codes(mine, ref, H, D):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--qevict", default=os.path.join(ROOT, "build/tools/qevict"))
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--text", default=os.path.join(ROOT, "tests/golden/english_gpl3.txt"))
-    ap.add_argument("--tokens", type=int, default=1024, help="prompt tokens (all prefill)")
-    ap.add_argument("--out-dir", default=os.path.join(ROOT, "results/zipcache_faith"))
-    ap.add_argument("--golden-out", default="", help="write the CTest golden data here")
-    ap.add_argument("--golden-tokens", type=int, default=48)
-    ap.add_argument("--reuse-dump", action="store_true", help="skip the qevict run if the dump exists")
+    ap = common.arg_parser(__doc__, "results/zipcache_faith", 48)
     a = ap.parse_args()
     dump = os.path.join(a.out_dir, "dump")
-    os.makedirs(dump, exist_ok=True)
     n = a.tokens
-    cmd = [a.qevict, "perplexity", "-m", a.model, "-f", a.text, "--max-tokens", str(n + 1), "-c", str(n + 1),
-           "--prefill", str(n), "-t", "2", "--kv-policy", "zipcache", "--prefill-route", "end",
-           "--kv-trace", dump]
-    if not (a.reuse_dump and os.path.exists(os.path.join(dump, "zip_meta.json"))):
-        print("+", " ".join(cmd), file=sys.stderr, flush=True)
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-    meta = json.load(open(os.path.join(dump, "zip_meta.json")))
+    meta, command = common.dump_prompt(a, dump, ["--kv-policy", "zipcache", "--prefill-route", "end"], "zip_meta.json")
     H, D, Hq, L = meta["n_kv_heads"], meta["head_dim"], meta["n_q_heads"], meta["n_layers"]
     hi, lo, ratio = meta["hi_bits"], meta["lo_bits"], meta["unimportant_ratio"]
     assert meta["n"] == n, meta
@@ -264,7 +247,7 @@ def main():
     for k in keys:
         vals = [r[k] for r in table if k in r]
         summary[k] = {"min": float(min(vals)), "mean": float(np.mean(vals)), "max": float(max(vals))}
-    result = {"command": " ".join(cmd), "meta": meta, "units": len(table), "summary": summary,
+    result = {"command": command, "meta": meta, "units": len(table), "summary": summary,
               "per_layer_head": table}
     with open(os.path.join(a.out_dir, "zipcache_faithfulness.json"), "w") as f:
         json.dump(result, f, indent=1)
