@@ -497,7 +497,10 @@ Status HeadKvCache::route_layer(int layer) {
   return Status::ok();
 }
 
-Status HeadKvCache::route() {
+Status HeadKvCache::route() { return route_event(false); }
+
+Status HeadKvCache::route_event(bool decode) {
+  clock_.on_event_begin(routing_events_, n_past_, decode);
   const size_t steady = size_t(steady_tokens_), d = size_t(shape_.head_dim);
   if (needs_.per_layer) {
     const int L = shape_.n_layers, H = shape_.n_kv_heads;
@@ -563,6 +566,7 @@ Status HeadKvCache::route() {
   free_scratch(plan_.entries);
   trim_scratch(mass_, size_t(shape_.n_kv_heads) * steady);
   trim_scratch(blocks_, size_t(shape_.n_kv_heads) * steady);
+  clock_.on_event_end(routing_events_);
   ++routing_events_;
   steps_since_route_ = 0;
   prompt_pending_ = false;
@@ -589,17 +593,17 @@ Status HeadKvCache::commit() {
       return Status::ok();
     }
     if (prompt_pending_) {
-      QEVICT_RETURN_IF_ERROR(route());
+      QEVICT_RETURN_IF_ERROR(route_event(false));  // the prompt's event
       start_decode_window();
       return Status::ok();
     }
   }
-  if (chunk || steps_since_route_ >= p_.route_every) return route();
+  if (chunk || steps_since_route_ >= p_.route_every) return route_event(!chunk);
   return Status::ok();
 }
 
 Status HeadKvCache::end_prompt() {
-  if (prompt_pending_) QEVICT_RETURN_IF_ERROR(route());
+  if (prompt_pending_) QEVICT_RETURN_IF_ERROR(route_event(false));
   start_decode_window();
   return Status::ok();
 }
@@ -626,6 +630,7 @@ void HeadKvCache::clear() {
   steps_since_route_ = 0;
   routed_below_ = 0;
   routing_events_ = evictions_ = 0;
+  clock_.reset();
   peak_bytes_ = 0;
   prompt_pending_ = false;
 }
@@ -675,6 +680,8 @@ void HeadKvCache::report(KvReport* out, ReportDetail detail) const {
   out->bytes_held = bytes_held();
   out->peak_bytes_held = std::max(peak_bytes_, out->bytes_held);
   out->routing_events = routing_events_;
+  out->route_seconds = clock_.seconds;
+  out->route_seconds_decode = clock_.seconds_decode;
   out->per_head = true;
   out->unit_tokens = 1;
   // Counts from the kept positions alone (as position_tiers classifies them: the sink and

@@ -49,6 +49,7 @@
 #include "kvcache/kv_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/routing_policy.h"
+#include "kvcache/routing_observer.h"
 
 namespace qevict {
 
@@ -128,6 +129,8 @@ class HeadKvCache final : public SequenceKvCache {
   void append_tokens(int layer, const float* q, const float* k, const float* v);
   Status route_head(HeadStore& s);
   Status route_layer(int layer);
+  // route() with its wall time on the clock; decode: triggered by a decode step.
+  Status route_event(bool decode);
   // Builds request_ for `layer`: candidates, the layer's budget, and with `inputs` the
   // observation-window probabilities and value norms the policy needs.
   Status layer_request(int layer, bool inputs);
@@ -160,6 +163,7 @@ class HeadKvCache final : public SequenceKvCache {
   int steps_since_route_ = 0;
   int64_t routed_below_ = 0;  // positions < this had left the recent window at the last routing
   int64_t routing_events_ = 0, evictions_ = 0;
+  RoutingClock clock_;           // wall time of routing events (--kv-stats, bench's routing share)
   size_t peak_bytes_ = 0;        // most bytes held after any call (before its routing)
   bool prompt_pending_ = false;  // --prefill-route end: prompt committed, not routed yet
   // Routing scratch (reused).

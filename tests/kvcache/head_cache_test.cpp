@@ -67,6 +67,8 @@ class H2O {
   int64_t heavy_capacity() const { return report_of(*c_).budget.head_heavy; }
   size_t budget_bytes() const { return report_of(*c_).budget.total; }
   int64_t routing_events() const { return report_of(*c_).routing_events; }
+  double route_seconds() const { return report_of(*c_).route_seconds; }
+  double route_seconds_decode() const { return report_of(*c_).route_seconds_decode; }
   int64_t evictions() const { return report_of(*c_).total().evictions; }
   size_t bytes_in_use(int l) const { return report_of(*c_).layers[size_t(l)].bytes_budgeted; }
   bool per_head_tiers() const { return report_of(*c_).per_head; }
@@ -483,6 +485,13 @@ TEST(HeadKvCache, PositionTiersMatchKeptSetsAndHeldBytesSettle) {
       c->attend(l, in.q.data(), in.k.data(), in.v.data(), out.data(), pool);
     }
     c->commit();
+    // The routing clock (--kv-stats, bench's routing share): the prompt's events count as
+    // routing, decode's also as decode routing (Ω = 1: every decode step routes).
+    if (call == 1) {
+      EXPECT_GT(c->route_seconds(), 0.0);
+      EXPECT_EQ(c->route_seconds_decode(), 0.0);
+    }
+    if (call == 2) EXPECT_GT(c->route_seconds_decode(), 0.0);
     const int64_t n_past = c->n_past();
     for (int l = 0; l < s.n_layers; ++l) {
       for (int h = 0; h < s.n_kv_heads; ++h) {
@@ -530,6 +539,7 @@ TEST(HeadKvCache, PositionTiersMatchKeptSetsAndHeldBytesSettle) {
   EXPECT_EQ(c->n_past(), 0);
   EXPECT_EQ(c->bytes_in_use(0), size_t(0));
   EXPECT_EQ(c->routing_events(), 0);
+  EXPECT_EQ(c->route_seconds(), 0.0);
 }
 
 TEST(HeadKvCache, BudgetCoveringEverythingMatchesFullKv) {
