@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -238,29 +239,78 @@ void HeadKvCache::attend(int layer, const float* q, const float* k, const float*
   if (obs_decode_) observe_step(layer, q);
 }
 
-Status HeadKvCache::route_head(HeadStore& s) {
+Status HeadKvCache::route_head(HeadStore& s, RoutingPolicy& pol, RoutingRequest& req,
+                               RoutingPlan& plan, int64_t* evicted) {
   // Candidates: kept tokens that are neither sink (pos < S) nor recent (pos >= n_past - L).
   const int64_t hi = n_past_ - budget_.local;
   const int64_t first = std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
   const int64_t n = s.n();
-  request_.n_past = n_past_;
-  request_.budget = budget_.routing();
-  request_.candidates.clear();
+  req.n_past = n_past_;
+  req.budget = budget_.routing();
+  req.candidates.clear();
   for (int64_t i = first; i < n && s.pos[i] < hi; ++i)
-    request_.candidates.push_back({s.pos[i], s.pos[i], s.score[i],
-                                   s.pos[i] < routed_below_ ? Tier::kFull : Tier::kLocal, false});
-  if (request_.candidates.empty()) return Status::ok();
-  policy_->plan(request_, &plan_);
-  QEVICT_RETURN_IF_ERROR(check_plan(request_, plan_));
-  for (const PlanEntry& e : plan_.entries)
+    req.candidates.push_back({s.pos[i], s.pos[i], s.score[i],
+                              s.pos[i] < routed_below_ ? Tier::kFull : Tier::kLocal, false});
+  if (req.candidates.empty()) return Status::ok();
+  pol.plan(req, &plan);
+  QEVICT_RETURN_IF_ERROR(check_plan(req, plan));
+  for (const PlanEntry& e : plan.entries)
     if (e.to == Tier::kQuant)
-      return Status::error(fmt::format("{} sends token {} to a low-bit tier this cache lacks",
-                                       policy_->name(), e.id));
-  compact(s, first, plan_.entries.data(), int64_t(request_.candidates.size()));
+      return Status::error(
+          fmt::format("{} sends token {} to a low-bit tier this cache lacks", pol.name(), e.id));
+  *evicted += compact(s, first, plan.entries.data(), int64_t(req.candidates.size()));
   return Status::ok();
 }
 
-void HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries, int64_t n_cand) {
+bool HeadKvCache::route_heads_parallel(Status* st) {
+  if (route_pool_ == nullptr || route_pool_->size() < 2 || heads_.size() < 2) return false;
+  const int T = route_pool_->size();
+  for (int t = int(route_workers_.size()); t < T - 1; ++t) {
+    RouteWorker w;
+    w.policy = policy_->clone();
+    if (!w.policy) return false;
+    route_workers_.push_back(std::move(w));
+  }
+  std::vector<Status> status(size_t(T), Status::ok());
+  std::vector<int64_t> evicted(size_t(T), 0);
+  std::atomic<size_t> next{0};
+  route_pool_->run([&](int t) {
+    RoutingPolicy& pol = t == 0 ? *policy_ : *route_workers_[size_t(t - 1)].policy;
+    RoutingRequest& req = t == 0 ? request_ : route_workers_[size_t(t - 1)].request;
+    RoutingPlan& plan = t == 0 ? plan_ : route_workers_[size_t(t - 1)].plan;
+    for (size_t i; (i = next.fetch_add(1)) < heads_.size();) {
+      status[size_t(t)] = route_head(heads_[i], pol, req, plan, &evicted[size_t(t)]);
+      if (!status[size_t(t)]) return;
+    }
+  });
+  *st = Status::ok();
+  for (int t = 0; t < T; ++t) {
+    evictions_ += evicted[size_t(t)];
+    if (!status[size_t(t)] && *st) *st = status[size_t(t)];
+  }
+  for (RouteWorker& w : route_workers_) {  // freed between events, as request_ is
+    std::vector<RoutingCandidate>().swap(w.request.candidates);
+    std::vector<PlanEntry>().swap(w.plan.entries);
+  }
+  return true;
+}
+
+Status HeadKvCache::commit_alone(ThreadPool& pool) {
+  route_pool_ = &pool;
+  const Status s = commit();
+  route_pool_ = nullptr;
+  return s;
+}
+
+Status HeadKvCache::end_prompt_alone(ThreadPool& pool) {
+  route_pool_ = &pool;
+  const Status s = end_prompt();
+  route_pool_ = nullptr;
+  return s;
+}
+
+int64_t HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries,
+                             int64_t n_cand) {
   // In place, keeping position order. Only kEvicted removes a token (the policies of this
   // cache never return kQuant: it has no low-bit tier).
   const int d = shape_.head_dim;
@@ -270,10 +320,7 @@ void HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries,
   const bool osum = !s.osum.empty(), omax = !s.omax.empty();
   int64_t w = first;
   for (int64_t r = first; r < n; ++r) {
-    if (r - first < n_cand && entries[r - first].to == Tier::kEvicted) {
-      ++evictions_;
-      continue;
-    }
+    if (r - first < n_cand && entries[r - first].to == Tier::kEvicted) continue;
     if (w != r) {
       std::copy_n(s.k.data() + r * d, d, s.k.data() + w * d);
       std::copy_n(s.v.data() + r * d, d, s.v.data() + w * d);
@@ -292,6 +339,7 @@ void HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries,
   if (nu) s.nu.resize(size_t(w));
   if (osum) s.osum.resize(size_t(w) * g);
   if (omax) s.omax.resize(size_t(w));
+  return n - w;
 }
 
 void HeadKvCache::query_probs(const HeadStore& s, const float* q, int64_t qpos) {
@@ -492,7 +540,8 @@ Status HeadKvCache::route_layer(int layer) {
     HeadStore& s = head(layer, h);
     const int64_t first =
         std::lower_bound(s.pos.begin(), s.pos.end(), budget_.sink) - s.pos.begin();
-    compact(s, first, plan_.entries.data() + request_.head_begin[size_t(h)], request_.n_cand(h));
+    evictions_ += compact(s, first, plan_.entries.data() + request_.head_begin[size_t(h)],
+                          request_.n_cand(h));
   }
   return Status::ok();
 }
@@ -526,7 +575,13 @@ Status HeadKvCache::route_event(bool decode) {
     for (int l = 0; l < shape_.n_layers; ++l) QEVICT_RETURN_IF_ERROR(route_layer(l));
     std::vector<float>().swap(wo_f32_);
   } else {
-    for (HeadStore& s : heads_) QEVICT_RETURN_IF_ERROR(route_head(s));
+    Status st;
+    if (route_heads_parallel(&st)) {
+      QEVICT_RETURN_IF_ERROR(st);
+    } else {
+      for (HeadStore& s : heads_)
+        QEVICT_RETURN_IF_ERROR(route_head(s, *policy_, request_, plan_, &evictions_));
+    }
   }
   const int64_t omega = std::max(p_.route_every, 1);
   for (HeadStore& s : heads_) {
@@ -651,6 +706,9 @@ size_t HeadKvCache::bytes_held() const {
         wo_f32_.capacity()) *
            sizeof(float) +
        (pool_in_.capacity() + pool_out_.capacity()) * sizeof(double);
+  for (const RouteWorker& w : route_workers_)
+    b += sizeof(w) + w.request.candidates.capacity() * sizeof(RoutingCandidate) +
+         w.plan.entries.capacity() * sizeof(PlanEntry);
   return b;
 }
 

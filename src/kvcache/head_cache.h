@@ -84,6 +84,11 @@ class HeadKvCache final : public SequenceKvCache {
               ThreadPool& pool) override;
   Status commit() override;
   Status end_prompt() override;
+  // A sequence committed alone: per-head routing (H2O) plans its heads on the pool's threads,
+  // each with its own copy of the policy; the result is what commit() / end_prompt() give.
+  // Per-layer policies (the SnapKV family) route on this thread.
+  Status commit_alone(ThreadPool& pool) override;
+  Status end_prompt_alone(ThreadPool& pool) override;
   Status route() override;
   bool prefill_keeps_everything() const override { return p_.prefill_route == "end"; }
   // Replay: the tokens (and the queries the observation window keeps); H2O's scores from the
@@ -127,7 +132,13 @@ class HeadKvCache final : public SequenceKvCache {
   // Appends the call's tokens to every head of `layer` (and keeps the prompt's queries for
   // the observation window): attend() without the attention.
   void append_tokens(int layer, const float* q, const float* k, const float* v);
-  Status route_head(HeadStore& s);
+  // One head's routing with the given policy instance and scratch; adds its evictions to
+  // *evicted.
+  Status route_head(HeadStore& s, RoutingPolicy& pol, RoutingRequest& req, RoutingPlan& plan,
+                    int64_t* evicted);
+  // route_head over every head on route_pool_'s threads; false (nothing done) when the cache
+  // is not committed alone on a pool of 2+ threads or the policy cannot be copied.
+  bool route_heads_parallel(Status* st);
   Status route_layer(int layer);
   // route() with its wall time on the clock; decode: triggered by a decode step.
   Status route_event(bool decode);
@@ -146,8 +157,9 @@ class HeadKvCache final : public SequenceKvCache {
   void start_decode_window();
   // Fills request_.value_norm, computing ν for the candidates that have none yet.
   Status value_norms(int layer);
-  // Removes the candidates (rows first, first + n_cand) that `entries` evict, in place.
-  void compact(HeadStore& s, int64_t first, const PlanEntry* entries, int64_t n_cand);
+  // Removes the candidates (rows first, first + n_cand) that `entries` evict, in place;
+  // returns how many.
+  int64_t compact(HeadStore& s, int64_t first, const PlanEntry* entries, int64_t n_cand);
   void keep_queries(int layer, const float* q);
   void position_tiers(int layer, int kv_head, std::vector<Tier>* out) const;
 
@@ -163,7 +175,17 @@ class HeadKvCache final : public SequenceKvCache {
   int steps_since_route_ = 0;
   int64_t routed_below_ = 0;  // positions < this had left the recent window at the last routing
   int64_t routing_events_ = 0, evictions_ = 0;
-  RoutingClock clock_;           // wall time of routing events (--kv-stats, bench's routing share)
+  RoutingClock clock_;  // wall time of routing events (--kv-stats, bench's routing share)
+  // Set for the length of a commit_alone / end_prompt_alone call; the other threads' policy
+  // copies and scratch (route_heads_parallel; their scratch is freed after every event, as
+  // request_'s).
+  ThreadPool* route_pool_ = nullptr;
+  struct RouteWorker {
+    std::unique_ptr<RoutingPolicy> policy;
+    RoutingRequest request;
+    RoutingPlan plan;
+  };
+  std::vector<RouteWorker> route_workers_;
   size_t peak_bytes_ = 0;        // most bytes held after any call (before its routing)
   bool prompt_pending_ = false;  // --prefill-route end: prompt committed, not routed yet
   // Routing scratch (reused).

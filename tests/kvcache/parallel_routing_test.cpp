@@ -1,9 +1,9 @@
 // A tiered cache committed alone (commit_alone / end_prompt_alone) routes its layers on the
-// pool's threads, each with its own copy of the policy: the result must be exactly what one
-// thread gives. Two caches with the same parameters take the same random calls, one through
-// commit() / end_prompt(), the other through the *_alone calls on a 2-thread pool; after
-// every call their outputs (every layer), tiers per position, scores and bytes held must be
-// equal, bit for bit.
+// pool's threads, and a per-head cache (H2O) its heads, each thread with its own copy of the
+// policy: the result must be exactly what one thread gives. Two caches with the same parameters
+// take the same random calls, one through commit() / end_prompt(), the other through the *_alone
+// calls on a 2-thread pool; after every call their outputs (every layer), tiers per position,
+// scores and bytes held must be equal, bit for bit.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -12,6 +12,7 @@
 
 #include "common/kv_shape.h"
 #include "kvcache/factory.h"
+#include "kvcache/head_cache.h"
 #include "kvcache/params.h"
 #include "kvcache/tiered_cache.h"
 
@@ -48,6 +49,13 @@ std::vector<Variant> variants() {
   st.policy = "streaming";
   st.budget_fraction = 0.2;
   out.push_back({"streaming", st});
+  KvCacheParams h2o;  // per head, routing every step
+  h2o.policy = "h2o";
+  h2o.budget_fraction = 0.2;
+  out.push_back({"h2o", h2o});
+  KvCacheParams h2o_end = h2o;
+  h2o_end.prefill_route = "end";
+  out.push_back({"h2o end", h2o_end});
   return out;
 }
 
@@ -64,7 +72,8 @@ TEST(ParallelRouting, LayersOnThreadsGiveWhatOneThreadGives) {
     ASSERT_TRUE(b_or.has_value()) << b_or.error();
     SequenceKvCache& a = **a_or;
     SequenceKvCache& b = **b_or;
-    ASSERT_NE(dynamic_cast<TieredKvCache*>(&b), nullptr);
+    ASSERT_TRUE(dynamic_cast<TieredKvCache*>(&b) != nullptr ||
+                dynamic_cast<HeadKvCache*>(&b) != nullptr);
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int qw = s.q_width(), kw = s.kv_width();

@@ -18,6 +18,8 @@
 // Tier::kQuant (H2O has no low-bit tier).
 #pragma once
 
+#include <memory>
+
 #include "kvcache/policies/routing_policy.h"
 
 namespace qevict {
@@ -29,6 +31,9 @@ class H2OPolicy final : public RoutingPolicy {
   // O(n) (nth_element) in the number of candidates.
   void plan(const RoutingRequest& req, RoutingPlan* plan) override;
   std::string name() const override { return "h2o"; }
+  std::unique_ptr<RoutingPolicy> clone() const override {
+    return std::make_unique<H2OPolicy>();  // order_ is scratch
+  }
 
  private:
   std::vector<int32_t> order_;  // candidate indices, reused: no allocation in steady state
