@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -130,11 +131,13 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
                    "newest tokens kept in full precision (h2o default: half the budget; kivi: the "
                    "f16 residual R, default 128)")
                 ->capture_default_str();
-  o.bits = app.add_option(
-                  "--kv-bits", p.bits,
-                  "low-bit tier: 2 or 4 bits (zipcache: the unimportant tokens'; the rest get 4; "
-                  "kvquant: 2, 3 or 4, default 3)")
-               ->capture_default_str();
+  o.bits =
+      app.add_option("--kv-bits", p.bits,
+                     "low-bit tier: 2 or 4 bits, or auto (qevict: 4 when the budget holds every "
+                     "window of the context at 4 bits, else 2; zipcache: the unimportant tokens'; "
+                     "the rest get 4; kvquant: 2, 3 or 4, default 3)")
+          ->capture_default_str()
+          ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}));
   app.add_option("--kv-group", p.value_group,
                  "value quantization group (0: head_dim; kivi: G, default 32)")
       ->capture_default_str();

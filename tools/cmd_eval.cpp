@@ -238,13 +238,13 @@ Runner add_eval(CLI::App& app) {
                  "e.g. 4K,8K");
   app.add_option("--samples", a->samples, "samples per task and length")
       ->check(CLI::PositiveNumber);
-  app.add_option(
-      "--variants", a->variants,
-      "comma-separated KV policies (" + policy_names(", ") +
-          "), each optionally NAME:key=value[:...] with key score, q, window, "
-          "route_every, sink, local, bits, route (chunk|end), prefill_window or pool (e.g. "
-          "qevict:score=age, qevict:q=0, qevict:route=end); variants that keep the "
-          "whole prompt until it ends (full, route=end) share one prefill");
+  app.add_option("--variants", a->variants,
+                 "comma-separated KV policies (" + policy_names(", ") +
+                     "), each optionally NAME:key=value[:...] with key score, q, window, "
+                     "route_every, sink, local, bits (2, 4 or auto), route (chunk|end), "
+                     "prefill_window or pool (e.g. "
+                     "qevict:score=age, qevict:q=0, qevict:route=end); variants that keep the "
+                     "whole prompt until it ends (full, route=end) share one prefill");
   app.add_option("--budgets", a->budgets,
                  "comma-separated budgets, fractions of the full cache (FullKV runs once)");
   app.add_option("--out", a->out_dir, "output directory (results.jsonl, summary.csv/.md)")

@@ -86,7 +86,14 @@ Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
   if (k == "route_every") return to_int(&p->route_every, &g->route_every);
   if (k == "sink") return to_int(&p->sink, &g->sink);
   if (k == "local") return to_int(&p->local, &g->local);
-  if (k == "bits") return to_int(&p->bits, &g->bits);
+  if (k == "bits") {
+    if (v == "auto") {
+      p->bits = 0;  // the tiered cache's budget picks 4 or 2 (KvBudget::bits)
+      g->bits = true;
+      return Status::ok();
+    }
+    return to_int(&p->bits, &g->bits);
+  }
   if (k == "route") {
     if (v != "chunk" && v != "end") return Status::error("route must be chunk or end");
     p->prefill_route = v;

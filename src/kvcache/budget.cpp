@@ -105,6 +105,18 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   }
 
   // Windowed.
+  if (p.bits == 0) {  // auto: INT4 when it holds the whole context, else INT2
+    KvCacheParams p4 = p;
+    p4.bits = 4;
+    auto b4 = compute_budget(kind, shape, n_ctx, p4);
+    if (!b4) return b4.status();
+    const int64_t windows = (std::max<int64_t>(n_ctx - p.sink, 0) + p.window - 1) / p.window;
+    if (b4->capacity_full + b4->capacity_quant + b4->local_windows >= windows) return b4;
+    KvCacheParams p2 = p;
+    p2.bits = 2;
+    return compute_budget(kind, shape, n_ctx, p2);
+  }
+  b.bits = p.bits;
   QuantLayout ql{p.bits, shape.n_kv_heads, shape.head_dim, p.window, p.value_group};
   QEVICT_RETURN_IF_ERROR(ql.validate());
   if (shape.head_dim > 1024)

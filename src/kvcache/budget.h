@@ -52,6 +52,10 @@ struct KvBudget {
   size_t window_full = 0;                         // M_f
   size_t window_quant = 0;                        // M_q, metadata included
   int64_t capacity_full = 0, capacity_quant = 0;  // K_f, K_q
+  // The low-bit tier's bits M_q and K_q are for: --kv-bits, or with --kv-bits auto (0) 4
+  // when K_f + K_q at INT4 cover every window of the context past the sink (no window would
+  // ever be evicted: the spare bytes buy precision), else 2.
+  int bits = 0;
   bool strict_ledger = false;
   // Per-head token caches.
   size_t head_token_bytes = 0;  // M

@@ -91,8 +91,10 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
         if (!t) return t.status();
         trace = std::move(*t);
       }
+      KvCacheParams pw = p;
+      pw.bits = budget->bits;  // --kv-bits auto resolved by the budget
       return std::unique_ptr<SequenceKvCache>(
-          new TieredKvCache(shape, n_ctx, p, *budget, row->make_policy(p), std::move(trace)));
+          new TieredKvCache(shape, n_ctx, pw, *budget, row->make_policy(pw), std::move(trace)));
     }
   }
   return Status::error("unknown cache kind");

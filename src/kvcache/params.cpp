@@ -39,8 +39,11 @@ Status KvCacheParams::validate() const {
   if (sink < 0) return Status::error("--kv-sink must be >= 0");
   if (local < 0 && !(row->kind == CacheKind::kPerHead && local == -1))
     return Status::error("--kv-local must be >= 0");
-  if (policy == "kvquant" ? (bits < 2 || bits > 4) : (bits != 2 && bits != 4))
-    return Status::error(fmt::format("--kv-bits must be 2 or 4{}, got {}",
+  if (bits == 0 && row->kind != CacheKind::kWindowed)
+    return Status::error(fmt::format(
+        "--kv-bits auto applies to the tiered cache (qevict, streaming), not to {}", policy));
+  if (policy == "kvquant" ? (bits < 2 || bits > 4) : (bits != 0 && bits != 2 && bits != 4))
+    return Status::error(fmt::format("--kv-bits must be 2, 4 or auto{}, got {}",
                                      policy == "kvquant" ? " (kvquant: 2, 3 or 4)" : "", bits));
   if (value_group < 0) return Status::error("--kv-group must be >= 0");
   if (score != "sum" && score != "age")

@@ -4,6 +4,7 @@
 // conservation, and QEvictPolicy against a brute-force model of its rule.
 #include "kvcache/tiered_cache.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "common/kv_shape.h"
 #include "core/f16.h"
+#include "kvcache/budget.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
@@ -303,6 +305,59 @@ TEST(TieredKvCache, InvalidParamsGiveClearErrors) {
   p.policy = "qevict";
   p.budget_bytes = 100000;
   EXPECT_FALSE(make_kv_cache(s, 100, p).has_value()) << "fraction and bytes together";
+}
+
+// --kv-bits auto (0): INT4 when K_f + K_q at 4 bits (plus the local windows) cover every
+// window of the context past the sink, INT2 otherwise; the cache is then exactly the one
+// built with those bits.
+TEST(TieredKvCache, AutoBitsPicksFourOnlyWhenTheBudgetHoldsEveryWindow) {
+  const KvShape s = test_shape();
+  const int64_t n_ctx = 1000;
+  ThreadPool pool(1);
+  for (double fraction : {0.1, 0.2, 0.3, 0.4, 0.5, 0.8}) {
+    SCOPED_TRACE(fraction);
+    KvCacheParams p;
+    p.policy = "qevict";
+    p.budget_fraction = fraction;
+    p.bits = 4;
+    auto b4 = compute_budget(CacheKind::kWindowed, s, n_ctx, p);
+    ASSERT_TRUE(b4.has_value()) << b4.error();
+    const int64_t windows = (n_ctx - p.sink + p.window - 1) / p.window;
+    const bool fits = b4->capacity_full + b4->capacity_quant + b4->local_windows >= windows;
+    p.bits = 0;
+    auto ba = compute_budget(CacheKind::kWindowed, s, n_ctx, p);
+    ASSERT_TRUE(ba.has_value()) << ba.error();
+    const int want = fits ? 4 : 2;
+    EXPECT_EQ(ba->bits, want);
+    p.bits = want;
+    auto bw = compute_budget(CacheKind::kWindowed, s, n_ctx, p);
+    ASSERT_TRUE(bw.has_value());
+    EXPECT_EQ(ba->capacity_full, bw->capacity_full);
+    EXPECT_EQ(ba->capacity_quant, bw->capacity_quant);
+    EXPECT_EQ(ba->window_quant, bw->window_quant);
+    // The cache built with auto is the one built with the chosen bits: same outputs.
+    p.bits = 0;
+    auto a = make(s, n_ctx, p);
+    p.bits = want;
+    auto w = make(s, n_ctx, p);
+    ASSERT_TRUE(a && w);
+    EXPECT_NE(a->describe().find(fmt::format("INT{}", want)), std::string::npos) << a->describe();
+    Driver da, dw;  // one each: a normal_distribution carries state between calls
+    for (int64_t done = 0; done < 900;) {
+      const int64_t n = done < 600 ? 200 : 1;
+      ASSERT_EQ(da.step(*a, n, pool, uint32_t(done)), dw.step(*w, n, pool, uint32_t(done)))
+          << "at " << done;
+      done += n;
+    }
+  }
+  // Small budgets take INT2, large ones INT4 (both happen in the loop above).
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.bits = 0;
+  p.budget_fraction = 0.1;
+  EXPECT_EQ(compute_budget(CacheKind::kWindowed, s, n_ctx, p)->bits, 2);
+  p.budget_fraction = 0.8;
+  EXPECT_EQ(compute_budget(CacheKind::kWindowed, s, n_ctx, p)->bits, 4);
 }
 
 // Large slots get small chunks: a pool of 24 KiB windows (ω = 32 on SmolLM2) grows by two
