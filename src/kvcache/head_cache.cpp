@@ -263,23 +263,17 @@ Status HeadKvCache::route_head(HeadStore& s, RoutingPolicy& pol, RoutingRequest&
 }
 
 bool HeadKvCache::route_heads_parallel(Status* st) {
-  if (route_pool_ == nullptr || route_pool_->size() < 2 || heads_.size() < 2) return false;
-  const int T = route_pool_->size();
-  for (int t = int(route_workers_.size()); t < T - 1; ++t) {
-    RouteWorker w;
-    w.policy = policy_->clone();
-    if (!w.policy) return false;
-    route_workers_.push_back(std::move(w));
-  }
+  ThreadPool* pool = route_threads_.pool();
+  if (pool == nullptr || heads_.size() < 2) return false;
+  const int T = pool->size();
+  if (!route_threads_.prepare(*policy_, T)) return false;
   std::vector<Status> status(size_t(T), Status::ok());
   std::vector<int64_t> evicted(size_t(T), 0);
   std::atomic<size_t> next{0};
-  route_pool_->run([&](int t) {
-    RoutingPolicy& pol = t == 0 ? *policy_ : *route_workers_[size_t(t - 1)].policy;
-    RoutingRequest& req = t == 0 ? request_ : route_workers_[size_t(t - 1)].request;
-    RoutingPlan& plan = t == 0 ? plan_ : route_workers_[size_t(t - 1)].plan;
+  pool->run([&](int t) {
+    const RoutingThreads::Slot s = route_threads_.slot(t, *policy_, request_, plan_);
     for (size_t i; (i = next.fetch_add(1)) < heads_.size();) {
-      status[size_t(t)] = route_head(heads_[i], pol, req, plan, &evicted[size_t(t)]);
+      status[size_t(t)] = route_head(heads_[i], s.policy, s.request, s.plan, &evicted[size_t(t)]);
       if (!status[size_t(t)]) return;
     }
   });
@@ -288,25 +282,16 @@ bool HeadKvCache::route_heads_parallel(Status* st) {
     evictions_ += evicted[size_t(t)];
     if (!status[size_t(t)] && *st) *st = status[size_t(t)];
   }
-  for (RouteWorker& w : route_workers_) {  // freed between events, as request_ is
-    std::vector<RoutingCandidate>().swap(w.request.candidates);
-    std::vector<PlanEntry>().swap(w.plan.entries);
-  }
+  route_threads_.free_scratch();  // between events, as request_'s
   return true;
 }
 
 Status HeadKvCache::commit_alone(ThreadPool& pool) {
-  route_pool_ = &pool;
-  const Status s = commit();
-  route_pool_ = nullptr;
-  return s;
+  return route_threads_.with_pool(pool, [&] { return commit(); });
 }
 
 Status HeadKvCache::end_prompt_alone(ThreadPool& pool) {
-  route_pool_ = &pool;
-  const Status s = end_prompt();
-  route_pool_ = nullptr;
-  return s;
+  return route_threads_.with_pool(pool, [&] { return end_prompt(); });
 }
 
 int64_t HeadKvCache::compact(HeadStore& s, int64_t first, const PlanEntry* entries,
@@ -706,10 +691,7 @@ size_t HeadKvCache::bytes_held() const {
         wo_f32_.capacity()) *
            sizeof(float) +
        (pool_in_.capacity() + pool_out_.capacity()) * sizeof(double);
-  for (const RouteWorker& w : route_workers_)
-    b += sizeof(w) + w.request.candidates.capacity() * sizeof(RoutingCandidate) +
-         w.plan.entries.capacity() * sizeof(PlanEntry);
-  return b;
+  return b + route_threads_.bytes();
 }
 
 std::string HeadKvCache::describe() const {

@@ -136,7 +136,7 @@ class HeadKvCache final : public SequenceKvCache {
   // *evicted.
   Status route_head(HeadStore& s, RoutingPolicy& pol, RoutingRequest& req, RoutingPlan& plan,
                     int64_t* evicted);
-  // route_head over every head on route_pool_'s threads; false (nothing done) when the cache
+  // route_head over every head on the with_pool call's threads; false (nothing done) when the cache
   // is not committed alone on a pool of 2+ threads or the policy cannot be copied.
   bool route_heads_parallel(Status* st);
   Status route_layer(int layer);
@@ -176,16 +176,10 @@ class HeadKvCache final : public SequenceKvCache {
   int64_t routed_below_ = 0;  // positions < this had left the recent window at the last routing
   int64_t routing_events_ = 0, evictions_ = 0;
   RoutingClock clock_;  // wall time of routing events (--kv-stats, bench's routing share)
-  // Set for the length of a commit_alone / end_prompt_alone call; the other threads' policy
-  // copies and scratch (route_heads_parallel; their scratch is freed after every event, as
-  // request_'s).
-  ThreadPool* route_pool_ = nullptr;
-  struct RouteWorker {
-    std::unique_ptr<RoutingPolicy> policy;
-    RoutingRequest request;
-    RoutingPlan plan;
-  };
-  std::vector<RouteWorker> route_workers_;
+  // The pool of a commit_alone / end_prompt_alone call under way, and what the routing
+  // threads past the first plan with (route_heads_parallel; their scratch is freed after
+  // every event, as request_'s).
+  RoutingThreads route_threads_;
   size_t peak_bytes_ = 0;        // most bytes held after any call (before its routing)
   bool prompt_pending_ = false;  // --prefill-route end: prompt committed, not routed yet
   // Routing scratch (reused).

@@ -106,25 +106,15 @@ void TieredKvCache::observe(int layer, const float* q, ThreadPool& pool) {
 }
 
 bool TieredKvCache::route_layers_parallel(std::vector<Status>* st) {
-  if (route_pool_ == nullptr || route_pool_->size() < 2 || trace_ || shape_.n_layers < 2)
-    return false;
-  const int T = route_pool_->size();
-  if (int(route_workers_.size()) < T - 1) {
-    for (int t = int(route_workers_.size()); t < T - 1; ++t) {
-      RouteWorker w;
-      w.policy = policy_->clone();
-      if (!w.policy) return false;
-      route_workers_.push_back(std::move(w));
-    }
-  }
+  ThreadPool* pool = route_threads_.pool();
+  if (pool == nullptr || trace_ || shape_.n_layers < 2) return false;
+  if (!route_threads_.prepare(*policy_, pool->size())) return false;
   st->assign(size_t(shape_.n_layers), Status::ok());
   std::atomic<int> next{0};
-  route_pool_->run([&](int t) {
-    RoutingPolicy* pol = t == 0 ? policy_.get() : route_workers_[size_t(t - 1)].policy.get();
-    RoutingRequest& req = t == 0 ? request_ : route_workers_[size_t(t - 1)].request;
-    RoutingPlan& plan = t == 0 ? plan_ : route_workers_[size_t(t - 1)].plan;
+  pool->run([&](int t) {
+    const RoutingThreads::Slot s = route_threads_.slot(t, *policy_, request_, plan_);
     for (int l; (l = next.fetch_add(1)) < shape_.n_layers;)  // layers differ in work
-      (*st)[size_t(l)] = route_layer(l, *pol, req, plan);
+      (*st)[size_t(l)] = route_layer(l, s.policy, s.request, s.plan);
   });
   return true;
 }
@@ -184,17 +174,11 @@ Status TieredKvCache::end_prompt() {
 }
 
 Status TieredKvCache::commit_alone(ThreadPool& pool) {
-  route_pool_ = &pool;
-  const Status s = commit();
-  route_pool_ = nullptr;
-  return s;
+  return route_threads_.with_pool(pool, [&] { return commit(); });
 }
 
 Status TieredKvCache::end_prompt_alone(ThreadPool& pool) {
-  route_pool_ = &pool;
-  const Status s = end_prompt();
-  route_pool_ = nullptr;
-  return s;
+  return route_threads_.with_pool(pool, [&] { return end_prompt(); });
 }
 
 Status TieredKvCache::commit() {
@@ -231,10 +215,7 @@ void TieredKvCache::trim_scratch() {
   std::vector<int32_t>().swap(block_window_);
   std::vector<RoutingCandidate>().swap(request_.candidates);
   std::vector<PlanEntry>().swap(plan_.entries);
-  for (RouteWorker& w : route_workers_) {
-    std::vector<RoutingCandidate>().swap(w.request.candidates);
-    std::vector<PlanEntry>().swap(w.plan.entries);
-  }
+  route_threads_.free_scratch();
 }
 
 void TieredKvCache::clear() {
@@ -253,11 +234,8 @@ void TieredKvCache::clear() {
 size_t TieredKvCache::bytes_held() const {
   // Everything the object holds: the fixed-size RoPE table, the store (pools, sinks, window
   // entries), attention and routing scratch (bounded by the kept windows and the batch).
-  size_t routing = request_.candidates.capacity() * sizeof(RoutingCandidate) +
-                   plan_.entries.capacity() * sizeof(PlanEntry);
-  for (const RouteWorker& w : route_workers_)
-    routing += sizeof(w) + w.request.candidates.capacity() * sizeof(RoutingCandidate) +
-               w.plan.entries.capacity() * sizeof(PlanEntry);
+  const size_t routing = request_.candidates.capacity() * sizeof(RoutingCandidate) +
+                         plan_.entries.capacity() * sizeof(PlanEntry) + route_threads_.bytes();
   return sizeof(*this) + rope_.bytes() + store_.bytes_allocated() + attn_.bytes() +
          mass_.capacity() * sizeof(double) + blocks_.capacity() * sizeof(KvBlockRef) +
          block_window_.capacity() * sizeof(int32_t) + head_off_.capacity() * sizeof(int64_t) +

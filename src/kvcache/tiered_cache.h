@@ -75,7 +75,7 @@ class TieredKvCache final : public SequenceKvCache {
   // Frees the attention and routing scratch a prefill chunk grew (decode regrows its own).
   void trim_scratch();
   Status route_event(bool decode);
-  // route_event's layers over route_pool_'s threads; false when it cannot (no pool, a
+  // route_event's layers over the with_pool call's threads; false when it cannot (no pool, a
   // policy without clone(), a trace, which wants the layers in order).
   bool route_layers_parallel(std::vector<Status>* st);
   // One layer of a routing event: candidates, the policy's plan, the store applies it.
@@ -97,15 +97,9 @@ class TieredKvCache final : public SequenceKvCache {
   KvCacheParams p_;
   KvBudget budget_;
   std::unique_ptr<RoutingPolicy> policy_;
-  // Set for the length of a commit_alone / end_prompt_alone call: threads a routing event
-  // may use. Per thread past the first: a copy of the policy, a request and a plan.
-  ThreadPool* route_pool_ = nullptr;
-  struct RouteWorker {
-    std::unique_ptr<RoutingPolicy> policy;
-    RoutingRequest request;
-    RoutingPlan plan;
-  };
-  std::vector<RouteWorker> route_workers_;
+  // The pool of a commit_alone / end_prompt_alone call under way, and what the routing
+  // threads past the first plan with.
+  RoutingThreads route_threads_;
   QuantLayout qlayout_;
   RopeTable rope_;
   WindowStore store_;

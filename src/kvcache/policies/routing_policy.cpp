@@ -71,4 +71,36 @@ void fill_tiers_in_order(const std::vector<int32_t>& order, const RoutingRequest
   }
 }
 
+bool RoutingThreads::prepare(const RoutingPolicy& own, int n_threads) {
+  for (int t = int(workers_.size()); t < n_threads - 1; ++t) {
+    Worker w;
+    w.policy = own.clone();
+    if (!w.policy) return false;
+    workers_.push_back(std::move(w));
+  }
+  return true;
+}
+
+RoutingThreads::Slot RoutingThreads::slot(int t, RoutingPolicy& own, RoutingRequest& request,
+                                          RoutingPlan& plan) {
+  if (t == 0) return {own, request, plan};
+  Worker& w = workers_[size_t(t - 1)];
+  return {*w.policy, w.request, w.plan};
+}
+
+void RoutingThreads::free_scratch() {
+  for (Worker& w : workers_) {
+    std::vector<RoutingCandidate>().swap(w.request.candidates);
+    std::vector<PlanEntry>().swap(w.plan.entries);
+  }
+}
+
+size_t RoutingThreads::bytes() const {
+  size_t b = 0;
+  for (const Worker& w : workers_)
+    b += sizeof(w) + w.request.candidates.capacity() * sizeof(RoutingCandidate) +
+         w.plan.entries.capacity() * sizeof(PlanEntry);
+  return b;
+}
+
 }  // namespace qevict

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "kvcache/budget.h"
 #include "kvcache/tier.h"
 
@@ -144,6 +145,47 @@ class RoutingPolicy {
   // cache in history tokens.
   virtual void prepare(const RoutingRequest& req) { (void)req; }
   virtual void prepare_done(int64_t total_tokens) { (void)total_tokens; }
+};
+
+// The threads of a routing event when a cache is committed alone (SequenceKvCache::
+// commit_alone): thread 0 plans with the cache's own policy, request and plan, every other
+// thread with a copy of the policy and a request and plan of its own, kept between events.
+class RoutingThreads {
+ public:
+  // What thread t plans with.
+  struct Slot {
+    RoutingPolicy& policy;
+    RoutingRequest& request;
+    RoutingPlan& plan;
+  };
+  // Runs f (the cache's commit() or end_prompt()) with `pool` given to its routing events.
+  template <class F>
+  Status with_pool(ThreadPool& pool, F&& f) {
+    pool_ = &pool;
+    const Status s = f();
+    pool_ = nullptr;
+    return s;
+  }
+  // The pool of the with_pool call under way, if it has 2+ threads; else null.
+  ThreadPool* pool() const { return pool_ != nullptr && pool_->size() >= 2 ? pool_ : nullptr; }
+  // Copies of `own` for threads 1 .. n_threads - 1 (made once); false when the policy cannot
+  // be copied (RoutingPolicy::clone is null): the event then runs on one thread.
+  bool prepare(const RoutingPolicy& own, int n_threads);
+  Slot slot(int t, RoutingPolicy& own, RoutingRequest& request, RoutingPlan& plan);
+  // Frees the other threads' candidates and plan entries (as a cache frees its own between
+  // events), keeping the policy copies.
+  void free_scratch();
+  // Bytes the other threads hold (the copies' members are scratch, not counted).
+  size_t bytes() const;
+
+ private:
+  struct Worker {
+    std::unique_ptr<RoutingPolicy> policy;
+    RoutingRequest request;
+    RoutingPlan plan;
+  };
+  std::vector<Worker> workers_;
+  ThreadPool* pool_ = nullptr;
 };
 
 }  // namespace qevict
