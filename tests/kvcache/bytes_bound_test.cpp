@@ -105,13 +105,7 @@ TEST(TieredBytesHeld, WithinBudgetPlusConstantAndFlatFrom8KTo16K) {
 // scratch are given back. With 64 KiB chunks and an always-built table these held 2.0× and
 // 1.7× the budget.
 TEST(TieredBytesHeld, SmallBudgetHoldsCloseToIt) {
-  KvShape s;
-  s.n_layers = 30;
-  s.n_q_heads = 9;
-  s.n_kv_heads = 3;
-  s.head_dim = 64;
-  s.rope.n_rot = 64;
-  s.rope.freq_base = 100000.0f;
+  const KvShape s = test::rope_shape(30, 9, 3, 64, 100000.0f);
   ThreadPool pool(2);
   struct Case {
     const char* policy;
@@ -151,13 +145,7 @@ TEST(TieredBytesHeld, SmallBudgetHoldsCloseToIt) {
 // compression and through decode (measured after every call: the routing request, freed after
 // each routing event, is not held between them).
 TEST(PerHeadBytesHeld, EveryPerHeadPolicyWithinBudgetPlusOneLayersScratch) {
-  KvShape s;
-  s.n_layers = 4;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 32;
-  s.rope.n_rot = 32;
-  s.rope.freq_base = 10000.0f;
+  const KvShape s = test::rope_shape(4, 4, 2, 32);
   const int64_t n_ctx = 2048;
   const int64_t n_embd = 64;
   std::mt19937 wrng(3);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kernels/kv_quant.h"
 #include "kvcache/cache_peers.h"
@@ -18,15 +19,7 @@
 namespace qevict {
 namespace {
 
-KvShape gqa_shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;  // group 2
-  s.head_dim = 16;
-  s.rope = RopeParams{};  // n_rot = 0
-  return s;
-}
+KvShape gqa_shape() { return test::plain_shape(2, 4, 2, 16); }  // group 2, no RoPE
 
 class Recorder final : public AttentionObserver {
  public:

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/policies/h2o_policy.h"
@@ -20,12 +21,7 @@ namespace {
 constexpr double kU = 1.0 / (1 << 24);  // f32 unit roundoff
 
 KvShape small_shape(int head_dim) {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = head_dim;  // RoPE n_rot = 0: keys arrive rotated
-  return s;
+  return test::plain_shape(2, 4, 2, head_dim);  // keys arrive rotated
 }
 
 // M: one token of one KV head = K + V (16-bit) + its int32 position.

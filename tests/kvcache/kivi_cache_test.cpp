@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kernels/kivi_group.h"
 #include "kvcache/factory.h"
@@ -85,14 +86,7 @@ TEST(KiviGroup, EqualValuesGetCodeZeroAndComeBackExactly) {
   EXPECT_EQ(kivi_dequant(0, f16_to_f32(gp.scale), f16_to_f32(gp.min)), -1.25f);
 }
 
-KvShape shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 64;
-  return s;
-}
+KvShape shape() { return test::plain_shape(2, 4, 2, 64); }
 
 // The reference's residual handling, literally (llama_kivi.py): prefill quantizes
 // n − n mod R keys and all but R values; each decode step appends, attends, then quantizes

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/golden_npy.h"
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kernels/kivi_group.h"
 #include "kvcache/factory.h"
@@ -38,11 +39,7 @@ TEST(KiviFaithfulness, CodesMatchTheNumpyTranscriptionOnEngineKeysAndValues) {
             D = json_int(meta, "head_dim"), G = json_int(meta, "group"),
             R = json_int(meta, "residual");
   ASSERT_EQ(G, 32);
-  KvShape s;
-  s.n_layers = 1;
-  s.n_kv_heads = H;
-  s.n_q_heads = 3 * H;
-  s.head_dim = D;
+  const KvShape s = test::plain_shape(1, 3 * H, H, D);
   const int kvw = H * D;
   int64_t compared = 0, agree = 0;
   for (int layer : {0, 29}) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/golden_npy.h"
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "core/npy.h"
 #include "kvcache/factory.h"
@@ -66,11 +67,8 @@ TEST(KvQuantFaithfulness, CacheMatchesTheNumpyTranscriptionOnEngineKeysAndValues
             F = int(json_number(meta, "first_fp16"));
   const double sparsity = json_number(meta, "sparsity");
   const int kvw = H * D, levels = 1 << bits;
-  KvShape s;
-  s.n_layers = 1;
-  s.n_kv_heads = H;
-  s.n_q_heads = 3 * H;
-  s.head_dim = D;  // rope.n_rot = 0: the cache's un-rotation leaves the golden keys as they are
+  // No RoPE: the cache's un-rotation leaves the golden keys as they are.
+  const KvShape s = test::plain_shape(1, 3 * H, H, D);
   const std::string dump = ::testing::TempDir() + "/kvquant_faithfulness_dump";
   int64_t codes = 0, codes_equal = 0, outliers = 0, outliers_shared = 0;
   for (int layer : {0, 29}) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/kv_shape.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
 
@@ -62,15 +63,7 @@ void register_toys() {
   ASSERT_TRUE(register_policy(greedy).is_ok());
 }
 
-KvShape shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  return s;
-}
+KvShape shape() { return test::rope_shape(2, 4, 2, 16); }
 
 // One forward call of n random tokens through every layer.
 Status step(SequenceKvCache& c, const KvShape& s, int64_t n, ThreadPool& pool, std::mt19937& rng,

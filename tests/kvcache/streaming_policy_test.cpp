@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
@@ -178,15 +179,7 @@ TEST(StreamingPolicy, OnceAWindowMissesFullNothingOlderTakesFull) {
 // ---------------------------------------------------------------------------------------
 // Streaming cache
 
-KvShape small_shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope = RopeParams{};  // n_rot = 0: keys are not rotated
-  return s;
-}
+KvShape small_shape() { return test::plain_shape(2, 4, 2, 16); }  // keys are not rotated
 
 // Brute-force attention in double for one query token over the keys/values at the positions
 // `keys` (f16-rounded, [pos][kv_width]); compares with `got` [n_q_heads * head_dim].

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/golden_npy.h"
+#include "common/kv_shape.h"
 #include "core/f16.h"
 #include "core/thread_pool.h"
 #include "kvcache/factory.h"
@@ -42,11 +43,7 @@ TEST(ZipCacheFaithfulness, SetsAndCodesMatchTheNumpyTranscriptionOnEngineInputs)
   ASSERT_FALSE(meta.empty()) << kDir;
   const int T = test::json_int(meta, "tokens"), H = test::json_int(meta, "n_kv_heads"),
             HQ = test::json_int(meta, "n_q_heads"), D = test::json_int(meta, "head_dim");
-  KvShape s;
-  s.n_layers = 1;
-  s.n_kv_heads = H;
-  s.n_q_heads = HQ;
-  s.head_dim = D;
+  const KvShape s = test::plain_shape(1, HQ, H, D);
   const int kvw = H * D, qw = HQ * D;
   int64_t compared = 0, equal = 0, probes_seen = 0;
   double jaccard_f16_min = 1.0;
