@@ -106,6 +106,21 @@ TEST(EvalVariants, PoolIsAQevictOption) {
   EXPECT_FALSE(expand_variants(o).has_value());
 }
 
+TEST(EvalVariants, GroupSetsTheValueQuantizationGroup) {
+  EvalOptions o;
+  o.variants = {"qevict:group=16", "qevict"};
+  o.budgets = {0.2};
+  auto v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  ASSERT_EQ(v->size(), 2u);
+  EXPECT_EQ((*v)[0].params.value_group, 16);
+  EXPECT_EQ((*v)[1].params.value_group, 0);  // head_dim
+  o.variants = {"qevict:group=-1"};
+  EXPECT_FALSE(expand_variants(o).has_value());
+  o.variants = {"qevict:group=x"};
+  EXPECT_FALSE(expand_variants(o).has_value());
+}
+
 TEST(EvalResults, PartialAndForeignLinesAreSkipped) {
   const std::string dir = temp_dir("results");
   {
