@@ -138,6 +138,10 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
                      "the rest get 4; kvquant: 2, 3 or 4, default 3)")
           ->capture_default_str()
           ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}));
+  app.add_option("--kv-value-bits", p.value_bits,
+                 "qevict/streaming: the low-bit tier's values at 2 or 4 bits, its keys at "
+                 "--kv-bits (0: --kv-bits)")
+      ->capture_default_str();
   app.add_option("--kv-group", p.value_group,
                  "value quantization group (0: head_dim; kivi: G, default 32)")
       ->capture_default_str();

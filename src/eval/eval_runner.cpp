@@ -103,13 +103,14 @@ Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
   if (k == "prefill_window") return to_int(&p->prefill_window, &g->prefill_window);
   if (k == "pool") return to_int(&p->pool, &g->pool);
   if (k == "group") return to_int(&p->value_group, nullptr);  // --kv-group; validate() checks it
+  if (k == "vbits") return to_int(&p->value_bits, nullptr);   // --kv-value-bits
   if (k == "pool_side") {
     p->pool_side = v;  // validate() names the accepted values
     return Status::ok();
   }
   return Status::error(
       fmt::format("unknown variant option '{}' (score, q, window, route_every, sink, local, "
-                  "bits, route, prefill_window, pool, pool_side, group)",
+                  "bits, vbits, route, prefill_window, pool, pool_side, group)",
                   k));
 }
 

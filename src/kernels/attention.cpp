@@ -78,11 +78,11 @@ inline void prefetch_range(const uint8_t* a, size_t n) {
 // What scoring reads of a window (key codes, scales, zeros) / what P·V reads (value codes,
 // scales, zeros).
 inline void prefetch_keys(const QuantLayout& L, const uint8_t* win, int h) {
-  prefetch_range(win + L.k_codes_off(h), L.head_code_bytes());
+  prefetch_range(win + L.k_codes_off(h), L.k_head_code_bytes());
   prefetch_range(win + L.k_scale_off(h), 4 * size_t(L.head_dim));
 }
 inline void prefetch_values(const QuantLayout& L, const uint8_t* win, int h) {
-  prefetch_range(win + L.v_codes_off(h), L.head_code_bytes());
+  prefetch_range(win + L.v_codes_off(h), L.v_head_code_bytes());
   prefetch_range(win + L.v_scale_off(h), 4 * size_t(L.window) * (L.head_dim / L.g()));
 }
 // Windows ahead of the one being read that are prefetched: far enough to hide a miss to

@@ -17,17 +17,21 @@ namespace qevict {
 Status QuantLayout::validate() const {
   if (bits != 2 && bits != 4)
     return Status::error(fmt::format("low-bit tier needs 2 or 4 bits, got {}", bits));
+  if (vbits != 0 && vbits != 2 && vbits != 4)
+    return Status::error(fmt::format("low-bit tier values need 2 or 4 bits, got {}", vbits));
   if (n_kv_heads <= 0 || head_dim <= 0 || window <= 0)
     return Status::error("invalid quantization layout");
   if (head_dim % g() != 0)
     return Status::error(fmt::format("value group {} does not divide head_dim {}", g(), head_dim));
-  if ((size_t(window) * head_dim * bits) % 8 != 0)
-    return Status::error("window * head_dim * bits must fill whole bytes");
-  if (head_dim % (8 / bits) != 0)
-    return Status::error("head_dim must be a multiple of the codes per byte");
-  if (g() % (8 / bits) != 0)
+  for (const int b : {kb(), vb()}) {
+    if ((size_t(window) * head_dim * b) % 8 != 0)
+      return Status::error("window * head_dim * bits must fill whole bytes");
+    if (head_dim % (8 / b) != 0)
+      return Status::error("head_dim must be a multiple of the codes per byte");
+  }
+  if (g() % (8 / vb()) != 0)
     return Status::error(
-        fmt::format("value group {} must be a multiple of {} codes per byte", g(), 8 / bits));
+        fmt::format("value group {} must be a multiple of {} codes per byte", g(), 8 / vb()));
   return Status::ok();
 }
 
@@ -58,9 +62,10 @@ inline void put_code(uint8_t* row, int i, int bits, int c) {
 
 void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, int n_tokens,
                      uint8_t* out) {
-  const int H = L.n_kv_heads, d = L.head_dim, g = L.g(), levels = (1 << L.bits) - 1;
+  const int H = L.n_kv_heads, d = L.head_dim, g = L.g();
+  const int k_levels = (1 << L.kb()) - 1, v_levels = (1 << L.vb()) - 1;
   std::memset(out, 0, L.window_bytes());
-  const size_t row_bytes = L.row_bytes();
+  const size_t k_row_bytes = L.k_row_bytes(), v_row_bytes = L.v_row_bytes();
   for (int h = 0; h < H; ++h) {
     uint8_t* kc = out + L.k_codes_off(h);
     uint8_t* vc = out + L.v_codes_off(h);
@@ -79,12 +84,12 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
       if (n_tokens == 0) lo = hi = 0.0f;
       float s, z;
       uint16_t s16, z16;
-      params(lo, hi, levels, &s16, &z16, &s, &z);
+      params(lo, hi, k_levels, &s16, &z16, &s, &z);
       store_f16_bits(ks, size_t(c), s16);
       store_f16_bits(kz, size_t(c), z16);
       for (int t = 0; t < n_tokens; ++t)
-        put_code(kc + size_t(t) * row_bytes, c, L.bits,
-                 code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, levels));
+        put_code(kc + size_t(t) * k_row_bytes, c, L.kb(),
+                 code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, k_levels));
     }
     // Values: one (scale, zero) per token and group of g channels.
     for (int t = 0; t < n_tokens; ++t) {
@@ -94,12 +99,12 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
         for (int c = g0; c < g0 + g; ++c) lo = std::min(lo, row[c]), hi = std::max(hi, row[c]);
         float s, z;
         uint16_t s16, z16;
-        params(lo, hi, levels, &s16, &z16, &s, &z);
+        params(lo, hi, v_levels, &s16, &z16, &s, &z);
         const size_t p = size_t(t) * (d / g) + g0 / g;
         store_f16_bits(vs, p, s16);
         store_f16_bits(vz, p, z16);
         for (int c = g0; c < g0 + g; ++c)
-          put_code(vc + size_t(t) * row_bytes, c, L.bits, code_of(row[c], s, z, levels));
+          put_code(vc + size_t(t) * v_row_bytes, c, L.vb(), code_of(row[c], s, z, v_levels));
       }
     }
   }
@@ -149,7 +154,6 @@ inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, 
 void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens,
                             float* k_pre, float* v) {
   const int d = L.head_dim, g = L.g();
-  const size_t row_bytes = L.row_bytes();
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
   if (k_pre) {
@@ -160,8 +164,8 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
     half_to_f32(HalfType::kF16, ks, s, d);  // F16C / SIMD conversion
     half_to_f32(HalfType::kF16, kz, z, d);
     for (int t = 0; t < n_tokens; ++t) {
-      const uint8_t* row = win + L.k_codes_off(h) + size_t(t) * row_bytes;
-      if (L.bits == 2)
+      const uint8_t* row = win + L.k_codes_off(h) + size_t(t) * L.k_row_bytes();
+      if (L.kb() == 2)
         decode_row<2>(row, d, s, z, k_pre + size_t(t) * d);
       else
         decode_row<4>(row, d, s, z, k_pre + size_t(t) * d);
@@ -169,11 +173,11 @@ void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int
   }
   if (v) {
     for (int t = 0; t < n_tokens; ++t) {
-      const uint8_t* row = win + L.v_codes_off(h) + size_t(t) * row_bytes;
+      const uint8_t* row = win + L.v_codes_off(h) + size_t(t) * L.v_row_bytes();
       for (int g0 = 0; g0 < d; g0 += g) {
         const size_t p = size_t(t) * (d / g) + g0 / g;
         const float s = f16_to_f32(load_f16_bits(vs, p)), z = f16_to_f32(load_f16_bits(vz, p));
-        if (L.bits == 2)
+        if (L.vb() == 2)
           decode_run<2>(row, g0, g, s, z, v + size_t(t) * d);
         else
           decode_run<4>(row, g0, g, s, z, v + size_t(t) * d);

@@ -15,27 +15,29 @@ namespace qevict {
 
 // Layout of one quantized window for all KV heads of one layer.
 struct QuantLayout {
-  int bits = 2;  // 2 or 4
+  int bits = 2;  // 2 or 4: the keys' bits, and the values' unless vbits says otherwise
   int n_kv_heads = 0;
   int head_dim = 0;
   int window = 8;  // tokens per window (ω)
   int group = 0;   // value group size g (divides head_dim); 0 means head_dim
+  int vbits = 0;   // the values' bits, 2 or 4; 0 means `bits`
 
   Status validate() const;
   int g() const { return group > 0 ? group : head_dim; }
-  int codes_per_byte() const { return 8 / bits; }
+  int kb() const { return bits; }
+  int vb() const { return vbits > 0 ? vbits : bits; }
   // A window is n_kv_heads head blocks one after another, so attention over one KV head
   // reads one contiguous run of head_bytes() per window (prefetchable, no strided pieces):
   //   [key codes W][value codes W] packed rows of head_dim codes (W = window tokens),
   //   then f16 [key scales d][key zeros d][value scales W·d/g][value zeros W·d/g].
-  size_t row_bytes() const { return size_t(head_dim) * bits / 8; }
-  size_t head_code_bytes() const { return size_t(window) * row_bytes(); }
+  size_t k_row_bytes() const { return size_t(head_dim) * kb() / 8; }
+  size_t v_row_bytes() const { return size_t(head_dim) * vb() / 8; }
+  size_t k_head_code_bytes() const { return size_t(window) * k_row_bytes(); }
+  size_t v_head_code_bytes() const { return size_t(window) * v_row_bytes(); }
   size_t head_bytes() const {
-    return 2 * head_code_bytes() + 2 * 2 * size_t(head_dim) +
+    return k_head_code_bytes() + v_head_code_bytes() + 2 * 2 * size_t(head_dim) +
            2 * 2 * size_t(window) * (head_dim / g());
   }
-  // Bytes of the key codes / value codes of all heads: [n_kv_heads][window][head_dim] packed.
-  size_t code_bytes() const { return size_t(n_kv_heads) * head_code_bytes(); }
   // f16 counts of key scales and zeros: [n_kv_heads][head_dim] each.
   size_t k_params() const { return size_t(n_kv_heads) * head_dim; }
   // f16 counts of value scales and zeros: [n_kv_heads][window][head_dim / g] each.
@@ -44,8 +46,8 @@ struct QuantLayout {
   size_t window_bytes() const { return size_t(n_kv_heads) * head_bytes(); }
   // Offsets inside a window's byte block, of head h's parts.
   size_t k_codes_off(int h) const { return size_t(h) * head_bytes(); }
-  size_t v_codes_off(int h) const { return k_codes_off(h) + head_code_bytes(); }
-  size_t k_scale_off(int h) const { return v_codes_off(h) + head_code_bytes(); }
+  size_t v_codes_off(int h) const { return k_codes_off(h) + k_head_code_bytes(); }
+  size_t k_scale_off(int h) const { return v_codes_off(h) + v_head_code_bytes(); }
   size_t k_zero_off(int h) const { return k_scale_off(h) + 2 * size_t(head_dim); }
   size_t v_scale_off(int h) const { return k_zero_off(h) + 2 * size_t(head_dim); }
   size_t v_zero_off(int h) const { return v_scale_off(h) + 2 * size_t(window) * (head_dim / g()); }

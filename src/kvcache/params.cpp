@@ -46,6 +46,13 @@ Status KvCacheParams::validate() const {
     return Status::error(fmt::format("--kv-bits must be 2, 4 or auto{}, got {}",
                                      policy == "kvquant" ? " (kvquant: 2, 3 or 4)" : "", bits));
   if (value_group < 0) return Status::error("--kv-group must be >= 0");
+  if (value_bits != 0 && value_bits != 2 && value_bits != 4)
+    return Status::error(fmt::format("--kv-value-bits must be 2 or 4, got {}", value_bits));
+  if (value_bits != 0 && row->kind != CacheKind::kWindowed)
+    return Status::error(fmt::format(
+        "--kv-value-bits applies to the tiered cache (qevict, streaming), not to {}", policy));
+  if (value_bits != 0 && bits == 0)
+    return Status::error("--kv-value-bits needs --kv-bits 2 or 4, not auto");
   if (score != "sum" && score != "age")
     return Status::error(fmt::format("--kv-score must be sum or age, got '{}'", score));
   if (pool < 0 || pool > 64)

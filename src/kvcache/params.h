@@ -33,6 +33,7 @@ struct KvCacheParams {
   int local = 32;       // L: newest tokens, always full precision (h2o: -1 = half the budget)
   int bits = 2;         // low-bit tier: 2 or 4; 0 = auto (KvBudget::bits: 4 if it holds all)
   int value_group = 0;  // g: value quantization group (0: head_dim)
+  int value_bits = 0;   // the low-bit tier's values: 2 or 4 (windowed caches); 0 = `bits`
   bool strict_ledger = false;  // charge ledger copies of promoted windows to the budget
   // How qevict ranks windows (QEvictPolicy, SPEC §2): "sum" = the cumulative score S̄(w)
   // (paper Eq. 1); "age" = S̄(w) per query token that has seen the window.

@@ -17,7 +17,7 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       p_(params),
       budget_(budget),
       policy_(std::move(policy)),
-      qlayout_{p_.bits, shape.n_kv_heads, shape.head_dim, p_.window, p_.value_group},
+      qlayout_{p_.bits, shape.n_kv_heads, shape.head_dim, p_.window, p_.value_group, p_.value_bits},
       // Only low-bit windows need the table (their keys are stored before RoPE): a cache
       // without a Q tier (StreamingLLM, two-tier) holds none.
       rope_(budget.capacity_quant > 0 ? RopeTable(shape.rope, shape.head_dim, n_ctx) : RopeTable()),
@@ -258,7 +258,10 @@ std::string TieredKvCache::describe() const {
       "{}{} (budget {:.1f} KiB/layer, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, M_q "
       "{} B)",
       policy_->name(), scoring, budget_.total / 1024.0, budget_.capacity_full,
-      budget_.capacity_quant, p_.window, p_.route_every, p_.sink, p_.local, p_.bits,
+      budget_.capacity_quant, p_.window, p_.route_every, p_.sink, p_.local,
+      qlayout_.vb() == qlayout_.kb()
+          ? fmt::format("{}", qlayout_.kb())
+          : fmt::format("{} keys, INT{} values", qlayout_.kb(), qlayout_.vb()),
       budget_.window_full, budget_.window_quant);
 }
 

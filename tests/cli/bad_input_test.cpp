@@ -114,6 +114,11 @@ TEST_F(CliBadInput, FlagValues) {
   expect_one_error(m + "--kv-policy qevict --kv-bits 3", "--kv-bits must be 2, 4 or auto");
   expect_one_error(m + "--kv-policy qevict --kv-bits four", "--kv-bits");
   expect_one_error(m + "--kv-policy kivi --kv-bits auto", "--kv-bits auto applies to the tiered");
+  expect_one_error(m + "--kv-policy qevict --kv-value-bits 3", "--kv-value-bits must be 2 or 4");
+  expect_one_error(m + "--kv-policy h2o --kv-value-bits 2",
+                   "--kv-value-bits applies to the tiered");
+  expect_one_error(m + "--kv-policy qevict --kv-bits auto --kv-value-bits 2",
+                   "--kv-value-bits needs --kv-bits 2 or 4");
   expect_one_error(m + "-t -2", "--threads");
   expect_one_error(m + "-c 0", "--ctx-size");
   expect_one_error(m + "-n -5", "--n-predict");

@@ -21,6 +21,7 @@ struct Shape {
   int group, dim, bits;
   HalfType dt;
   int64_t pos_base = 0;  // added to every position (RoPE composition past 65,536)
+  int vbits = 0;         // the low-bit values' bits (0: bits)
 };
 
 class FusedAttention : public ::testing::TestWithParam<Shape> {};
@@ -32,7 +33,7 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   rp.n_rot = d;
   rp.freq_base = 10000.0f;
   RopeTable rope(rp, d, sh.pos_base + 400);
-  QuantLayout ql{sh.bits, H, d, W, 0};
+  QuantLayout ql{sh.bits, H, d, W, 0, sh.vbits};
   ASSERT_TRUE(ql.validate().is_ok());
   std::mt19937 rng(99);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -338,7 +339,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{4, 32, 2, HalfType::kBF16}, Shape{7, 16, 2, HalfType::kF16},
                       Shape{2, 128, 4, HalfType::kBF16}, Shape{3, 64, 2, HalfType::kF16, 70000},
                       Shape{3, 40, 4, HalfType::kBF16, 65530},
-                      Shape{2, 72, 2, HalfType::kF16, 1 << 20}));
+                      Shape{2, 72, 2, HalfType::kF16, 1 << 20},
+                      Shape{3, 64, 4, HalfType::kF16, 0, 2},  // 4-bit keys, 2-bit values
+                      Shape{7, 40, 2, HalfType::kBF16, 65530, 4}));
 
 // The fixed-size table composes cos/sin from base-256 digits; each level adds at most a few
 // float roundings to the directly computed (double) values: |error| <= 4·levels·2^-24 with

@@ -15,13 +15,14 @@ namespace {
 
 struct QCase {
   int bits, heads, dim, window, group;
+  int vbits = 0;  // the values' bits (0: bits)
 };
 
 class KvQuant : public ::testing::TestWithParam<QCase> {};
 
 TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
   const QCase c = GetParam();
-  QuantLayout L{c.bits, c.heads, c.dim, c.window, c.group};
+  QuantLayout L{c.bits, c.heads, c.dim, c.window, c.group, c.vbits};
   ASSERT_TRUE(L.validate().is_ok());
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 3.0f);
@@ -32,7 +33,7 @@ TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
     std::vector<uint8_t> win(L.window_bytes() + 1, 0xAB);
     quantize_window(L, k.data(), v.data(), n_tokens, win.data());
     EXPECT_EQ(win.back(), 0xAB) << "wrote past window_bytes()";
-    const int levels = (1 << c.bits) - 1;
+    const int k_levels = (1 << L.kb()) - 1, v_levels = (1 << L.vb()) - 1;
     for (int h = 0; h < c.heads; ++h) {
       std::vector<float> kd(size_t(n_tokens) * c.dim), vd(kd.size());
       dequantize_window_head(L, win.data(), h, n_tokens, kd.data(), vd.data());
@@ -43,7 +44,7 @@ TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
           hi = std::max(hi, k[(size_t(t) * c.heads + h) * c.dim + ch]);
         }
         // half a step of the (f16) scale, plus the f16 rounding of the zero-point and scale.
-        const double tol = (hi - lo) / levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
+        const double tol = (hi - lo) / k_levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
         for (int t = 0; t < n_tokens; ++t) {
           const float want = k[(size_t(t) * c.heads + h) * c.dim + ch],
                       got = kd[size_t(t) * c.dim + ch];
@@ -57,7 +58,7 @@ TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
           for (int ch = g0; ch < g0 + g; ++ch)
             lo = std::min(lo, v[(size_t(t) * c.heads + h) * c.dim + ch]),
             hi = std::max(hi, v[(size_t(t) * c.heads + h) * c.dim + ch]);
-          const double tol = (hi - lo) / levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
+          const double tol = (hi - lo) / v_levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
           for (int ch = g0; ch < g0 + g; ++ch)
             ASSERT_NEAR(vd[size_t(t) * c.dim + ch], v[(size_t(t) * c.heads + h) * c.dim + ch], tol)
                 << "value t" << t << " c" << ch;
@@ -69,7 +70,10 @@ TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
 INSTANTIATE_TEST_SUITE_P(Layouts, KvQuant,
                          ::testing::Values(QCase{2, 3, 64, 8, 0}, QCase{4, 3, 64, 8, 0},
                                            QCase{2, 1, 128, 8, 32}, QCase{2, 2, 8, 32, 4},
-                                           QCase{4, 5, 12, 4, 6}, QCase{2, 1, 4, 1, 0}));
+                                           QCase{4, 5, 12, 4, 6}, QCase{2, 1, 4, 1, 0},
+                                           // keys and values at different bits
+                                           QCase{4, 3, 64, 8, 0, 2}, QCase{2, 2, 8, 32, 4, 4},
+                                           QCase{2, 5, 12, 4, 6, 4}, QCase{4, 1, 4, 1, 0, 2}));
 
 TEST(KvQuantLayout, BytesMatchTheDocumentedFormula) {
   QuantLayout L{2, 3, 64, 8, 0};
@@ -77,7 +81,15 @@ TEST(KvQuantLayout, BytesMatchTheDocumentedFormula) {
   EXPECT_EQ(L.window_bytes(), 768u + 768u + 96u);
   QuantLayout L4{4, 3, 64, 8, 0};
   EXPECT_EQ(L4.window_bytes(), 1536u + 768u + 96u);
+  // 4-bit keys, 2-bit values: key codes 3*8*64*4/8 = 768, value codes 384.
+  QuantLayout L42{4, 3, 64, 8, 0, 2};
+  EXPECT_EQ(L42.window_bytes(), 768u + 384u + 768u + 96u);
+  EXPECT_EQ(L42.v_codes_off(1) - L42.k_codes_off(1), 8u * 64 * 4 / 8);
+  EXPECT_EQ(L42.k_scale_off(1) - L42.v_codes_off(1), 8u * 64 * 2 / 8);
+  EXPECT_EQ((QuantLayout{2, 3, 64, 8, 0, 4}).window_bytes(), L42.window_bytes());
   EXPECT_FALSE((QuantLayout{3, 3, 64, 8, 0}).validate().is_ok());
+  EXPECT_FALSE((QuantLayout{2, 3, 64, 8, 0, 3}).validate().is_ok());
+  EXPECT_FALSE((QuantLayout{4, 3, 64, 8, 2, 2}).validate().is_ok());  // a group of 2 INT2 codes
   EXPECT_FALSE((QuantLayout{2, 3, 64, 8, 7}).validate().is_ok());
 }
 

@@ -20,6 +20,7 @@ namespace {
 struct LbShape {
   int bits, d, window, group, n_rot;
   RopeStyle style;
+  int vbits = 0;  // the values' bits (0: bits)
 };
 
 constexpr float kSentinel = 12345.0f;
@@ -29,7 +30,7 @@ class LowbitDecode : public ::testing::TestWithParam<LbShape> {};
 TEST_P(LowbitDecode, MatchesScalarReference) {
   const LbShape sh = GetParam();
   const int H = 3, h = 2, d = sh.d, W = sh.window;
-  QuantLayout L{sh.bits, H, d, W, sh.group};
+  QuantLayout L{sh.bits, H, d, W, sh.group, sh.vbits};
   ASSERT_TRUE(L.validate().is_ok());
   RopeParams rp;
   rp.style = sh.style;
@@ -90,7 +91,11 @@ INSTANTIATE_TEST_SUITE_P(
         LbShape{2, 72, 1, 0, 48, RopeStyle::kNormal}, LbShape{4, 40, 32, 4, 40, RopeStyle::kNeox},
         LbShape{2, 8, 8, 4, 8, RopeStyle::kNormal},
         LbShape{2, 16, 300, 0, 16, RopeStyle::kNormal},  // ω > one table level
-        LbShape{4, 16, 2, 0, 8, RopeStyle::kNeox}));
+        LbShape{4, 16, 2, 0, 8, RopeStyle::kNeox},
+        // keys and values at different bits
+        LbShape{4, 64, 8, 0, 64, RopeStyle::kNormal, 2},
+        LbShape{2, 40, 32, 4, 40, RopeStyle::kNeox, 4},
+        LbShape{4, 72, 1, 8, 48, RopeStyle::kNormal, 2}));
 
 // qwin_pv_accumulate (P·V from the codes) against decoded values summed in double: INT2 and
 // INT4, 1..8 query heads, partial windows, value groups of one or more vectors, head dims
@@ -99,47 +104,50 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
   const int N = 16;  // the widest SIMD target's lanes; narrower targets divide it
   int checked = 0;
-  for (int bits : {2, 4})
-    for (int d : {16, 64, 80})
-      for (int group : {0, 16, 32})
-        for (int W : {8, 13})
-          for (int g : {1, 3, 8}) {
-            QuantLayout L{bits, 2, d, W, group};
-            if (!L.validate().is_ok()) continue;
-            if (!qwin_pv_supported(L, g)) {
-              ASSERT_NE(L.g() % N, 0) << "d " << d << " group " << group << " g " << g;
-              continue;
-            }
-            std::mt19937 rng(bits * 1000 + d * 10 + g);
-            std::normal_distribution<float> dist(0.0f, 1.0f);
-            std::uniform_real_distribution<float> prob(0.0f, 1.0f);
-            std::vector<float> k(size_t(W) * 2 * d), v(k.size());
-            for (auto& x : k) x = dist(rng);
-            for (auto& x : v) x = 2.0f * dist(rng) + 0.5f;
-            std::vector<uint8_t> win(L.window_bytes() + 3);
-            quantize_window(L, k.data(), v.data(), W, win.data() + 3);
-            for (int n : {W, W / 2 + 1, 1}) {
-              const int64_t ldp = W + 2, ldo = d + 5;
-              std::vector<float> p(size_t(g) * ldp);
-              for (auto& x : p) x = prob(rng);
-              std::vector<float> got(size_t(g) * ldo, kSentinel), want(got.size(), kSentinel);
-              for (int j = 0; j < g; ++j)
-                for (int c = 0; c < d; ++c) got[j * ldo + c] = want[j * ldo + c] = 0.25f * c;
-              qwin_pv_accumulate(L, win.data() + 3, 1, n, p.data(), ldp, g, got.data(), ldo);
-              ref::qwin_pv_accumulate(L, win.data() + 3, 1, n, p.data(), ldp, g, want.data(), ldo);
-              for (int j = 0; j < g; ++j) {
-                for (int c = d; c < ldo; ++c) ASSERT_EQ(got[j * ldo + c], kSentinel);
-                for (int c = 0; c < d; ++c) {
-                  // n terms of |p·v| ≤ |p|(|s·code| + |z|), each rounded a few times.
-                  const float b = want[j * ldo + c];
-                  ASSERT_NEAR(got[j * ldo + c], b, 1e-5f * (std::fabs(b) + 8.0f * n))
-                      << "bits " << bits << " d " << d << " group " << group << " W " << W << " g "
-                      << g << " n " << n << " head " << j << " channel " << c;
-                }
+  for (int kbits : {2, 4})  // the keys' bits move the value codes' offset
+    for (int bits : {2, 4})
+      for (int d : {16, 64, 80})
+        for (int group : {0, 16, 32})
+          for (int W : {8, 13})
+            for (int g : {1, 3, 8}) {
+              QuantLayout L{kbits, 2, d, W, group, bits};
+              if (!L.validate().is_ok()) continue;
+              if (!qwin_pv_supported(L, g)) {
+                ASSERT_NE(L.g() % N, 0) << "d " << d << " group " << group << " g " << g;
+                continue;
               }
-              ++checked;
+              std::mt19937 rng(bits * 1000 + d * 10 + g);
+              std::normal_distribution<float> dist(0.0f, 1.0f);
+              std::uniform_real_distribution<float> prob(0.0f, 1.0f);
+              std::vector<float> k(size_t(W) * 2 * d), v(k.size());
+              for (auto& x : k) x = dist(rng);
+              for (auto& x : v) x = 2.0f * dist(rng) + 0.5f;
+              std::vector<uint8_t> win(L.window_bytes() + 3);
+              quantize_window(L, k.data(), v.data(), W, win.data() + 3);
+              for (int n : {W, W / 2 + 1, 1}) {
+                const int64_t ldp = W + 2, ldo = d + 5;
+                std::vector<float> p(size_t(g) * ldp);
+                for (auto& x : p) x = prob(rng);
+                std::vector<float> got(size_t(g) * ldo, kSentinel), want(got.size(), kSentinel);
+                for (int j = 0; j < g; ++j)
+                  for (int c = 0; c < d; ++c) got[j * ldo + c] = want[j * ldo + c] = 0.25f * c;
+                qwin_pv_accumulate(L, win.data() + 3, 1, n, p.data(), ldp, g, got.data(), ldo);
+                ref::qwin_pv_accumulate(L, win.data() + 3, 1, n, p.data(), ldp, g, want.data(),
+                                        ldo);
+                for (int j = 0; j < g; ++j) {
+                  for (int c = d; c < ldo; ++c) ASSERT_EQ(got[j * ldo + c], kSentinel);
+                  for (int c = 0; c < d; ++c) {
+                    // n terms of |p·v| ≤ |p|(|s·code| + |z|), each rounded a few times.
+                    const float b = want[j * ldo + c];
+                    ASSERT_NEAR(got[j * ldo + c], b, 1e-5f * (std::fabs(b) + 8.0f * n))
+                        << "bits " << kbits << "/" << bits << " d " << d << " group " << group
+                        << " W " << W << " g " << g << " n " << n << " head " << j << " channel "
+                        << c;
+                  }
+                }
+                ++checked;
+              }
             }
-          }
   EXPECT_GT(checked, 50);
 }
 

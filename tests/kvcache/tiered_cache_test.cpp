@@ -16,6 +16,7 @@
 
 #include "common/kv_shape.h"
 #include "core/f16.h"
+#include "kernels/kv_quant.h"
 #include "kvcache/budget.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
@@ -358,6 +359,76 @@ TEST(TieredKvCache, AutoBitsPicksFourOnlyWhenTheBudgetHoldsEveryWindow) {
   EXPECT_EQ(compute_budget(CacheKind::kWindowed, s, n_ctx, p)->bits, 2);
   p.budget_fraction = 0.8;
   EXPECT_EQ(compute_budget(CacheKind::kWindowed, s, n_ctx, p)->bits, 4);
+}
+
+// --kv-value-bits: the low-bit tier's values at other bits than its keys. The budget
+// charges the mixed window's real bytes (between INT2's and INT4's), the cache stays within
+// it, holds quantized windows, says what it holds, and value bits equal to the key bits are
+// the uniform layout (the same outputs).
+TEST(TieredKvCache, ValueBitsSetTheLowBitValuesAlone) {
+  const KvShape s = test_shape();
+  const int64_t n_ctx = 1000;
+  ThreadPool pool(1);
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 0.2;
+  p.prefill_route = "chunk";
+  auto window_quant = [&](int bits, int vbits) {
+    KvCacheParams pp = p;
+    pp.bits = bits;
+    pp.value_bits = vbits;
+    auto b = compute_budget(CacheKind::kWindowed, s, n_ctx, pp);
+    EXPECT_TRUE(b.has_value()) << b.error();
+    return b.has_value() ? b->window_quant : size_t(0);
+  };
+  const size_t m42 = window_quant(4, 2);
+  EXPECT_EQ(m42, (QuantLayout{4, s.n_kv_heads, s.head_dim, 8, 0, 2}).window_bytes());
+  EXPECT_EQ(window_quant(2, 4), m42);
+  EXPECT_GT(m42, window_quant(2, 0));
+  EXPECT_LT(m42, window_quant(4, 0));
+  EXPECT_EQ(window_quant(4, 4), window_quant(4, 0));
+
+  p.bits = 4;
+  p.value_bits = 2;
+  auto mixed = make(s, n_ctx, p);
+  ASSERT_NE(mixed, nullptr);
+  EXPECT_NE(mixed->describe().find("INT4 keys, INT2 values"), std::string::npos)
+      << mixed->describe();
+  p.value_bits = 4;
+  auto same = make(s, n_ctx, p);
+  p.value_bits = 0;
+  auto uniform = make(s, n_ctx, p);
+  ASSERT_TRUE(same && uniform);
+  Driver dm, ds, du;
+  bool differs = false;
+  for (int64_t done = 0; done < 900;) {
+    const int64_t n = done < 600 ? 200 : 1;
+    const auto om = dm.step(*mixed, n, pool, uint32_t(done));
+    const auto os = ds.step(*same, n, pool, uint32_t(done));
+    ASSERT_EQ(os, du.step(*uniform, n, pool, uint32_t(done))) << "at " << done;
+    differs = differs || om != os;
+    done += n;
+    const KvReport r = report_of(*mixed);
+    for (int l = 0; l < s.n_layers; ++l)
+      ASSERT_LE(r.layers[l].bytes_budgeted, r.budget.total) << "at " << done;
+  }
+  EXPECT_TRUE(differs) << "2-bit values gave the 4-bit values' outputs";
+  const KvReport r = report_of(*mixed);
+  EXPECT_GT(r.layers[0].windows_quant, 0);
+  EXPECT_GT(r.layers[0].evictions, 0);
+
+  // Bad input: 3 bits, a per-head cache, and auto key bits.
+  KvCacheParams bad;
+  bad.policy = "qevict";
+  bad.value_bits = 3;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad.value_bits = 2;
+  bad.bits = 0;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad.bits = 2;
+  EXPECT_TRUE(bad.validate().is_ok());
+  bad.policy = "h2o";
+  EXPECT_FALSE(bad.validate().is_ok());
 }
 
 // Large slots get small chunks: a pool of 24 KiB windows (ω = 32 on SmolLM2) grows by two

@@ -110,9 +110,9 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
                      float* k, int64_t ldk) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
-  const int d = L.head_dim, bits = L.bits;
+  const int d = L.head_dim, bits = L.kb();
   assert(rope.head_dim() == d && d <= 1024 && L.window <= rope.limit());
-  const size_t row_bytes = L.row_bytes();
+  const size_t row_bytes = L.k_row_bytes();
   const uint8_t* ks = win + L.k_scale_off(h);  // any alignment: LoadU/memcpy
   const uint8_t* kz = win + L.k_zero_off(h);
   HWY_ALIGN float s[1024], z[1024], pre[1024], cwide[1024], swide[1024];
@@ -170,8 +170,8 @@ inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, f
                        int64_t ldv) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
-  const int d = L.head_dim, bits = L.bits, g = L.g(), ng = d / g;
-  const size_t row_bytes = L.row_bytes();
+  const int d = L.head_dim, bits = L.vb(), g = L.g(), ng = d / g;
+  const size_t row_bytes = L.v_row_bytes();
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
   const CodeUnpacker unpack(bits);
@@ -207,9 +207,9 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
                    int64_t ldp, int g, float* out, int64_t ldo) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
-  const int d = L.head_dim, bits = L.bits, gs = L.g(), ng = d / gs;
+  const int d = L.head_dim, bits = L.vb(), gs = L.g(), ng = d / gs;
   assert(QwinPvSupported(L, g) && n <= 64);
-  const size_t row_bytes = L.row_bytes();
+  const size_t row_bytes = L.v_row_bytes();
   const uint8_t* codes = win + L.v_codes_off(h);
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
