@@ -487,7 +487,9 @@ TEST(HeadKvCache, PositionTiersMatchKeptSetsAndHeldBytesSettle) {
       EXPECT_GT(c->route_seconds(), 0.0);
       EXPECT_EQ(c->route_seconds_decode(), 0.0);
     }
-    if (call == 2) EXPECT_GT(c->route_seconds_decode(), 0.0);
+    if (call == 2) {
+      EXPECT_GT(c->route_seconds_decode(), 0.0);
+    }
     const int64_t n_past = c->n_past();
     for (int l = 0; l < s.n_layers; ++l) {
       for (int h = 0; h < s.n_kv_heads; ++h) {
