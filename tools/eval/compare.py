@@ -15,24 +15,12 @@ Usage: python3 tools/eval/compare.py --first 5 \
          results/eval/ruler-8k::full@0 results/eval/bits4-8k::qevict:pool=2:bits=4@0.2 ...
 """
 import argparse
-import gzip
-import json
 import os
 import sys
 
-RULER = {"niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
-         "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1",
-         "qa_2"}
+from report import NIAH, read_results  # this folder's report.py: one reader of results.jsonl(.gz)
 
-
-def read_results(d):
-    plain = os.path.join(d, "results.jsonl")
-    if os.path.exists(plain):
-        f = open(plain, encoding="utf-8")
-    else:
-        f = gzip.open(plain + ".gz", "rt", encoding="utf-8")
-    with f:
-        return [json.loads(line) for line in f if line.strip()]
+RULER = set(NIAH) | {"vt", "cwe", "fwe", "qa_1", "qa_2"}
 
 
 def parse_column(spec):
@@ -65,7 +53,7 @@ def main():
     for spec in a.columns:
         d, variant, budget = parse_column(spec)
         if d not in cache:
-            cache[d] = read_results(d)
+            cache[d] = read_results(os.path.join(d, "results.jsonl"))
         cells = {}
         for r in cache[d]:
             if (r["variant"] == variant and abs(r["budget"] - budget) < 1e-9
