@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from report import NIAH, read_results  # this folder's report.py: one reader of results.jsonl(.gz)
+from report import NIAH, read_results, task_macro_bootstrap  # this folder's report.py
 
 RULER = set(NIAH) | {"vt", "cwe", "fwe", "qa_1", "qa_2"}
 
@@ -104,26 +104,16 @@ def main():
         plot(a.plot, a.title, panels, points, means)
 
 
-def paired_macro_diff(cells, base, tasks, draws=2000, seed=0):
-    """Macro of (cells − base) over the prompts both have, and a 95 % percentile bootstrap
-    interval: each draw resamples the prompts within each task, the same ones for both."""
-    import random
-
+def paired_macro_diff(cells, base, tasks):
+    """Macro of (cells − base) over the prompts both have, and report.py's 95 % bootstrap
+    interval on those differences: each draw resamples the prompts within each task, the same
+    ones for both columns."""
     per_task = []
     for t in tasks:
         diffs = [100 * (cells[k][0] - base[k][0]) for k in cells if k[0] == t and k in base]
         if diffs:
             per_task.append(diffs)
-    mean = sum(sum(d) / len(d) for d in per_task) / len(per_task)
-    rng = random.Random(seed)
-    boots = []
-    for _ in range(draws):
-        m = 0.0
-        for d in per_task:
-            m += sum(rng.choice(d) for _ in d) / len(d)
-        boots.append(m / len(per_task))
-    boots.sort()
-    return mean, boots[int(0.025 * draws)], boots[int(0.975 * draws) - 1]
+    return task_macro_bootstrap(per_task)
 
 
 def plot(path, title, panels, points, means):

@@ -33,6 +33,19 @@ FAMILIES = [("niah", NIAH), ("vt", ["vt"]), ("cwe", ["cwe"]), ("fwe", ["fwe"]), 
             ("doc_qa", ["doc_qa"]), ("doc_sum", ["doc_sum"])]
 
 
+def task_macro_bootstrap(per_task, draws=2000, seed=0):
+    """The macro (mean of the task means) of per_task, a list of per-task sample lists, and a
+    95 % percentile bootstrap interval: each draw resamples the samples within each task.
+    report.py --macro-tasks and compare.py --paired (on paired differences) both use it."""
+    import random
+
+    rng = random.Random(seed)
+    boots = sorted(statistics.mean(statistics.mean(rng.choices(x, k=len(x))) for x in per_task)
+                   for _ in range(draws))
+    mean = statistics.mean(statistics.mean(x) for x in per_task)
+    return mean, boots[int(0.025 * draws) - 1], boots[int(0.975 * draws) - 1]
+
+
 def read_summary(path):
     rows = []
     with open(path, newline="") as f:
@@ -177,19 +190,15 @@ def main():
                               + ",".join(str(n) for n in sorted(ns)) + " |")
 
         if a.macro_tasks:
-            import random
             mts = a.macro_tasks.split(",")
 
             def task_macro_cell(v, b):
                 per = [at(scores, (length, t, v), b) for t in mts]
                 if any(x is None for x in per):
                     return None
-                rng = random.Random(0)
-                draws = sorted(statistics.mean(statistics.mean(rng.choices(x, k=len(x)))
-                                               for x in per) for _ in range(2000))
-                m = statistics.mean(statistics.mean(x) for x in per)
+                m, lo, hi = task_macro_bootstrap(per)
                 n = min(len(x) for x in per)
-                return f"{m:.1f} [{draws[49]:.1f}, {draws[1949]:.1f}] (n≥{n})"
+                return f"{m:.1f} [{lo:.1f}, {hi:.1f}] (n≥{n})"
 
             budget_table(f"{length:,} tokens: macro over {', '.join(mts)} (%, 95 % bootstrap "
                          "interval)", variants, budgets, task_macro_cell)
