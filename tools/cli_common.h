@@ -57,7 +57,7 @@ struct KvOptions {
   // The options whose explicit use overrides a policy's published defaults.
   CLI::Option *window = nullptr, *route_every = nullptr, *sink = nullptr, *local = nullptr,
               *q = nullptr, *bits = nullptr, *prefill_route = nullptr, *prefill_window = nullptr,
-              *pool = nullptr;
+              *pool = nullptr, *value_bits = nullptr;
 };
 // Which flags: kCache every --kv-* flag (generate, perplexity, bench); kDiagnose those that
 // shape diagnose's R1–R4 variants (no --kv-policy, --kv-window, --kv-stats, --kv-trace:

@@ -145,6 +145,7 @@ int run_eval_cmd(EvalArgs a) {
   o.given.local = given(a.kv.local);
   o.given.q = given(a.kv.q);
   o.given.bits = given(a.kv.bits);
+  o.given.value_bits = given(a.kv.value_bits);
   o.given.prefill_route = given(a.kv.prefill_route);
   o.prefill_chunk = a.prefill_chunk;
   o.seed = uint64_t(a.seed);

@@ -103,7 +103,7 @@ Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
   if (k == "prefill_window") return to_int(&p->prefill_window, &g->prefill_window);
   if (k == "pool") return to_int(&p->pool, &g->pool);
   if (k == "group") return to_int(&p->value_group, nullptr);  // --kv-group; validate() checks it
-  if (k == "vbits") return to_int(&p->value_bits, nullptr);   // --kv-value-bits
+  if (k == "vbits") return to_int(&p->value_bits, &g->value_bits);  // --kv-value-bits
   if (k == "pool_side") {
     p->pool_side = v;  // validate() names the accepted values
     return Status::ok();

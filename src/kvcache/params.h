@@ -69,7 +69,7 @@ struct KvCacheParams {
 // registry row gives the others its authors' defaults.
 struct KvParamsGiven {
   bool window = false, route_every = false, sink = false, local = false, q = false, bits = false;
-  bool prefill_route = false, prefill_window = false, pool = false;
+  bool prefill_route = false, prefill_window = false, pool = false, value_bits = false;
 };
 
 }  // namespace qevict

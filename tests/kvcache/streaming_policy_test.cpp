@@ -363,6 +363,7 @@ void expect_same_params(const KvCacheParams& a, const KvCacheParams& b, const st
   EXPECT_EQ(a.sink, b.sink) << what;
   EXPECT_EQ(a.local, b.local) << what;
   EXPECT_EQ(a.bits, b.bits) << what;
+  EXPECT_EQ(a.value_bits, b.value_bits) << what;
   EXPECT_EQ(a.value_group, b.value_group) << what;
   EXPECT_EQ(a.strict_ledger, b.strict_ledger) << what;
   EXPECT_EQ(a.budget_fraction, b.budget_fraction) << what;
@@ -454,18 +455,56 @@ TEST(PolicyDefaults, H2oSetsTokenLevelDefaultsAndRejectsTierOptions) {
   }
 }
 
-TEST(PolicyDefaults, QevictAndFullChangeNothing) {
+TEST(PolicyDefaults, FullChangesNothingAndQevictOnlyItsLowBitLayout) {
   for (const char* policy : {"qevict", "full"}) {
+    const bool qevict = std::string(policy) == "qevict";
     for (const KvParamsGiven& g : {KvParamsGiven{}, all_given()}) {
+      // What the row may change: qevict's low-bit layout (keys 4, values 2) unless --kv-bits
+      // was given; nothing else, and nothing at all for full.
+      auto expected = [&](KvCacheParams p) {
+        if (qevict && !g.bits) {
+          p.bits = 4;
+          p.value_bits = 2;
+        }
+        return p;
+      };
       KvCacheParams p = odd_params(policy);
       ASSERT_TRUE(apply_policy_defaults(&p, g).is_ok()) << policy;
-      expect_same_params(p, odd_params(policy), policy);
+      expect_same_params(p, expected(odd_params(policy)), policy);
       KvCacheParams d;  // SPEC defaults stay too
       d.policy = policy;
       KvCacheParams e = d;
       ASSERT_TRUE(apply_policy_defaults(&e, g).is_ok()) << policy;
-      expect_same_params(e, d, std::string(policy) + " defaults");
+      expect_same_params(e, expected(d), std::string(policy) + " defaults");
     }
+  }
+}
+
+TEST(PolicyDefaults, QevictLowBitLayoutYieldsToEachFlag) {
+  struct Case {
+    bool bits_given;
+    int bits;
+    bool vbits_given;
+    int value_bits;
+    int want_bits, want_value_bits;
+  };
+  for (const Case& c : {Case{false, 2, false, 0, 4, 2},   // nothing given: K4V2
+                        Case{true, 2, false, 0, 2, 0},    // --kv-bits 2: the paper's INT2
+                        Case{true, 4, false, 0, 4, 0},    // --kv-bits 4: INT4
+                        Case{true, 0, false, 0, 0, 0},    // --kv-bits auto
+                        Case{false, 2, true, 4, 4, 4},    // --kv-value-bits 4 alone: INT4
+                        Case{true, 2, true, 4, 2, 4}}) {  // K2V4
+    KvCacheParams p;
+    p.policy = "qevict";
+    p.bits = c.bits;
+    p.value_bits = c.value_bits;
+    KvParamsGiven g;
+    g.bits = c.bits_given;
+    g.value_bits = c.vbits_given;
+    ASSERT_TRUE(apply_policy_defaults(&p, g).is_ok());
+    EXPECT_EQ(p.bits, c.want_bits) << c.bits_given << c.bits << c.vbits_given << c.value_bits;
+    EXPECT_EQ(p.value_bits, c.want_value_bits)
+        << c.bits_given << c.bits << c.vbits_given << c.value_bits;
   }
 }
 
