@@ -7,12 +7,13 @@
 #
 # The tiered run compresses the prompt once it is in (--prefill-route end: the paper's route;
 # peak memory = the prompt), ranking windows by the attention of the prompt's last 32 queries,
-# each window with the best of the 2 on either side (qevict's defaults, written out here): on
-# the RULER-style
-# suite this kept needles where the paper's cumulative score over all prompt queries lost
-# them (EVALUATION.md).
-# Extra arguments go to the tiered run's `qevict generate`, e.g. `--kv-budget 0.05`, or
-# `--prefill-route chunk --prefill-window 0 --kv-pool 0` for the bounded-memory prefill and Eq. 1.
+# each window with the best of the 2 on either side, its low-bit tier with keys at 4 bits and
+# values at 2 (qevict's defaults, written out here): on the RULER-style suite this kept needles
+# where the paper's cumulative score over all prompt queries and its INT2 tier lost them
+# (EVALUATION.md).
+# Extra arguments go to the tiered run's `qevict generate`, e.g. `--kv-budget 0.05`,
+# `--kv-bits 2` for the paper's INT2 tier, or `--prefill-route chunk --prefill-window 0
+# --kv-pool 0` for the bounded-memory prefill and Eq. 1.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -37,7 +38,7 @@ run() {  # name, then the cache's flags
 }
 run full --kv-policy full
 run tiered --kv-policy qevict --kv-budget 0.2 --prefill-route end --prefill-window 32 \
-  --kv-pool 2 "$@"
+  --kv-pool 2 --kv-bits 4 --kv-value-bits 2 "$@"
 
 for name in full tiered; do
   echo
