@@ -131,18 +131,16 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
                    "newest tokens kept in full precision (h2o default: half the budget; kivi: the "
                    "f16 residual R, default 128)")
                 ->capture_default_str();
-  o.bits = app.add_option(
-                  "--kv-bits", p.bits,
-                  "low-bit tier: 2 or 4 bits, or auto (qevict's default: keys 4, values 2; auto: "
-                  "4 when the budget holds every window of the context at 4 bits, else 2; "
-                  "zipcache: the unimportant tokens'; "
-                  "the rest get 4; kvquant: 2, 3 or 4, default 3)")
-               ->capture_default_str()
-               ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}));
+  o.bits =
+      app.add_option("--kv-bits", p.bits,
+                     "low-bit tier: 2 or 4 bits, or auto. Unset: qevict keys 4 and values 2 "
+                     "(--kv-value-bits), streaming 2, zipcache 2 for the unimportant tokens (the "
+                     "rest 4), kvquant 3 (2-4). auto: 4 when the budget holds every window of the "
+                     "context at 4 bits, else 2")
+          ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}));
   o.value_bits = app.add_option("--kv-value-bits", p.value_bits,
                                 "qevict/streaming: the low-bit tier's values at 2 or 4 bits, its "
-                                "keys at --kv-bits (0: --kv-bits; qevict without --kv-bits: keys "
-                                "4, values 2)")
+                                "keys at --kv-bits (0: as --kv-bits)")
                      ->capture_default_str();
   app.add_option("--kv-group", p.value_group,
                  "value quantization group (0: head_dim; kivi: G, default 32)")

@@ -31,9 +31,10 @@ struct KvCacheParams {
   int route_every = 8;  // Ω: decode steps between routing events
   int sink = 5;         // S: first tokens, always full precision
   int local = 32;       // L: newest tokens, always full precision (h2o: -1 = half the budget)
-  int bits = 2;         // low-bit tier: 2 or 4; 0 = auto (KvBudget::bits: 4 if it holds all)
-  int value_group = 0;  // g: value quantization group (0: head_dim)
-  int value_bits = 0;   // the low-bit tier's values: 2 or 4 (windowed caches); 0 = `bits`
+  // qevict's registry row sets bits 4 and value_bits 2 when neither is given (K4V2).
+  int bits = 2;                // low-bit tier: 2 or 4; 0 = auto (KvBudget::bits: 4 if it holds all)
+  int value_group = 0;         // g: value quantization group (0: head_dim)
+  int value_bits = 0;          // the low-bit tier's values: 2 or 4 (windowed caches); 0 = `bits`
   bool strict_ledger = false;  // charge ledger copies of promoted windows to the budget
   // How qevict ranks windows (QEvictPolicy, SPEC §2): "sum" = the cumulative score S̄(w)
   // (paper Eq. 1); "age" = S̄(w) per query token that has seen the window.
