@@ -106,6 +106,30 @@ TEST(EvalVariants, PoolIsAQevictOption) {
   EXPECT_FALSE(expand_variants(o).has_value());
 }
 
+// A spec that pins neither bits nor vbits runs qevict's default layout (K4V2); each key
+// pinned keeps its value, so a column's name says what ran (grids name INT2 ":bits=2").
+TEST(EvalVariants, BitsKeysPinTheLowBitLayout) {
+  EvalOptions o;
+  o.variants = {"qevict",         "qevict:bits=2",         "qevict:bits=4",
+                "qevict:vbits=4", "qevict:bits=2:vbits=4", "streaming"};
+  o.budgets = {0.2};
+  auto v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  ASSERT_EQ(v->size(), 6u);
+  const std::pair<int, int> want[] = {{4, 2}, {2, 0}, {4, 0}, {4, 4}, {2, 4}, {2, 0}};
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ((*v)[i].params.bits, want[i].first) << (*v)[i].spec;
+    EXPECT_EQ((*v)[i].params.value_bits, want[i].second) << (*v)[i].spec;
+  }
+  o.variants = {"qevict"};
+  o.given.bits = true;  // --kv-bits on the command line pins every variant's
+  o.base.bits = 2;
+  v = expand_variants(o);
+  ASSERT_TRUE(v.has_value()) << v.error();
+  EXPECT_EQ((*v)[0].params.bits, 2);
+  EXPECT_EQ((*v)[0].params.value_bits, 0);
+}
+
 TEST(EvalVariants, GroupSetsTheValueQuantizationGroup) {
   EvalOptions o;
   o.variants = {"qevict:group=16", "qevict"};
