@@ -80,11 +80,16 @@ def plot_length(rows, length, out, bands):
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
+    # As many columns as the longest name lets fit across the figure (~190 characters at
+    # fontsize 8), the panels lifted by the legend's rows; bbox "tight" clips nothing.
+    longest = max((len(x) for x in labels), default=1)
+    ncol = max(1, min(6, len(labels), 190 // (longest + 6)))
+    rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8)
     what = "bands: 95 % bootstrap" if bands else "95 % intervals in summary.csv; --bands draws them"
     fig.suptitle(f"qevict eval, {length} tokens: score vs KV budget ({what}; dashed: no budget)")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
-    fig.savefig(out, dpi=110)
+    fig.tight_layout(rect=(0, min(0.4, 0.01 + 0.016 * rows), 1, 0.96))
+    fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
