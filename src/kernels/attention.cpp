@@ -75,12 +75,7 @@ inline void prefetch_range(const uint8_t* a, size_t n) {
   for (size_t i = 0; i < n; i += 64) __builtin_prefetch(a + i);
   __builtin_prefetch(a + n - 1);
 }
-// What scoring reads of a window (key codes, scales, zeros) / what P·V reads (value codes,
-// scales, zeros).
-inline void prefetch_keys(const QuantLayout& L, const uint8_t* win, int h) {
-  prefetch_range(win + L.k_codes_off(h), L.k_head_code_bytes());
-  prefetch_range(win + L.k_scale_off(h), 4 * size_t(L.head_dim));
-}
+// What P·V reads of a window (value codes, scales, zeros), again before the run's P·V.
 inline void prefetch_values(const QuantLayout& L, const uint8_t* win, int h) {
   prefetch_range(win + L.v_codes_off(h), L.v_head_code_bytes());
   prefetch_range(win + L.v_scale_off(h), 4 * size_t(L.window) * (L.head_dim / L.g()));
@@ -88,6 +83,39 @@ inline void prefetch_values(const QuantLayout& L, const uint8_t* win, int h) {
 // Windows ahead of the one being read that are prefetched: far enough to hide a miss to
 // DRAM behind the work on the windows between, near enough not to flood the fill buffers.
 constexpr int kPrefetchAhead = 3;
+// Blocks looked past for them: full-tier blocks in between are skipped, not counted.
+constexpr int kPrefetchScan = 32;
+
+// Keeps the next kPrefetchAhead low-bit windows after the one being read on their way into
+// the cache: KV head h's whole part of each (codes, scales and zeros of keys and values, one
+// contiguous run). Low-bit and full-tier windows interleave in position order and runs
+// split the list, so the windows ahead are found by scanning the block list, across runs,
+// not by index arithmetic (b + 3 may be a full-tier block, and a run's first windows
+// would never be asked for). Call touch(b) before reading low-bit window b, in order of b.
+class WindowPrefetcher {
+ public:
+  WindowPrefetcher(const KvBlockRef* blocks, int n_blocks, const QuantLayout* L, int h)
+      : blocks_(blocks), n_(n_blocks), L_(L), h_(h) {}
+  void touch(int b) {
+    if (!L_) return;
+    if (b < next_ && ahead_ > 0) --ahead_;  // b itself was one of those asked for
+    if (next_ <= b) next_ = b + 1, ahead_ = 0;
+    const int lim = std::min(n_, b + 1 + kPrefetchScan);
+    for (; ahead_ < kPrefetchAhead && next_ < lim; ++next_) {
+      if (blocks_[next_].k) continue;
+      prefetch_range(blocks_[next_].qwin + L_->k_codes_off(h_), L_->head_bytes());
+      ++ahead_;
+    }
+  }
+
+ private:
+  const KvBlockRef* blocks_;
+  int n_;
+  const QuantLayout* L_;
+  int h_;
+  int next_ = 0;   // blocks before next_ have been looked at
+  int ahead_ = 0;  // low-bit windows in (b, next_) asked for
+};
 
 bool continues(const KvBlockRef& a, const KvBlockRef& b) {
   if (a.pos0 + a.n != b.pos0) return false;
@@ -123,6 +151,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   // every key and value row is converted once for the run instead of once per query. The
   // value sums are a lone query's, order included (masked tokens add 0); the scores sum
   // channels in order, a few ulps from a lone query's (tested).
+  WindowPrefetcher prefetcher(blocks, n_blocks, p.qlayout, p.kv_head);
   const int M = nq * g;    // (query, head) rows, row i*g + h
   bool have_qall = false;  // the queries as M contiguous rows, copied for the first batched run
   int64_t tok_base = 0;    // tokens of the runs before this one (token_ml units)
@@ -184,6 +213,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       const int n_max = visible(blk, qpos0 + nq - 1);
       if (n_max <= 0) continue;
       const size_t o = size_t(off[b - b0]) * d;
+      if (!keys_per_window) prefetcher.touch(b);
       if (!keys_per_window)
         qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, kbuf.data() + o, d);
       if (!pv_from_codes && !p.stats_only)
@@ -216,9 +246,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
               rope_rows(p.rope->params(), d, cs, cs + d, /*inverse=*/true, qi, d, g, qrot.data(),
                         d);
               const float* kw = kbuf.data() + size_t(ob) * d;
-              if (b + kPrefetchAhead < b1 && !blocks[b + kPrefetchAhead].k)
-                prefetch_keys(*p.qlayout, blocks[b + kPrefetchAhead].qwin, p.kv_head);
               if (keys_per_window) {  // decode: the window's keys stay in L1
+                prefetcher.touch(b);
                 qwin_keys(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, kwin.data(), d);
                 kw = kwin.data();
               }
