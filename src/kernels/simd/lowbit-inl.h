@@ -11,6 +11,7 @@
 #endif
 
 #include <cassert>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -203,6 +204,28 @@ inline bool QwinPvSupported(const QuantLayout& L, int g) {
          L.window * (L.head_dim / L.g()) <= 64 * 64;
 }
 
+// QwinPv's sums over one value group's channels [c0, c1) for G query heads: G accumulators,
+// from zsum, stay in registers across the tokens (G a constant: no per-head tests in the loop).
+template <int G>
+HWY_INLINE void QwinPvGroup(const CodeUnpacker& unpack, const uint8_t* codes, size_t row_bytes,
+                            int n, const float* w, const float* zsum, int c0, int c1, float* out,
+                            int64_t ldo) {
+  const LbTag df;
+  const int N = static_cast<int>(hl::Lanes(df));
+  for (int c = c0; c < c1; c += N) {
+    hl::Vec<LbTag> a[G];
+    for (int j = 0; j < G; ++j) a[j] = hl::Set(df, zsum[j]);
+    for (int t = 0; t < n; ++t) {
+      const auto cv = unpack(codes + size_t(t) * row_bytes, c);
+      for (int j = 0; j < G; ++j) a[j] = hl::MulAdd(hl::Set(df, w[j * 64 + t]), cv, a[j]);
+    }
+    for (int j = 0; j < G; ++j) {
+      float* o = out + j * ldo + c;
+      hl::StoreU(hl::Add(hl::LoadU(df, o), a[j]), df, o);
+    }
+  }
+}
+
 inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
                    int64_t ldp, int g, float* out, int64_t ldo) {
   const LbTag df;
@@ -231,55 +254,48 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
     for (; i < np; ++i)
       sf[i] = f16_to_f32(load_f16_bits(vs, i)), zf[i] = f16_to_f32(load_f16_bits(vz, i));
   }
-  // w[gi][t][j] = p_jt·s_t (the group's scale), zsum[j][gi] = Σ_t p_jt·z_t.
-  HWY_ALIGN float w[64 * 8];
+  // w[j][t] = p_jt·s_t (the group's scale), zsum[j] = Σ_t p_jt·z_t in token order, one
+  // query head at a time so that each sum stays in a register.
+  HWY_ALIGN float w[8 * 64];
   float zsum[8];
   for (int gi = 0; gi < ng; ++gi) {
-    for (int j = 0; j < g; ++j) zsum[j] = 0.0f;
-    for (int t = 0; t < n; ++t) {
-      const size_t pi = size_t(t) * ng + gi;
-      const float st = sf[pi], zt = zf[pi];
-      for (int j = 0; j < g; ++j) {
-        const float pj = p[j * ldp + t];
-        w[t * 8 + j] = pj * st;
-        zsum[j] += pj * zt;
+    for (int j = 0; j < g; ++j) {
+      const float* pj = p + j * ldp;
+      float* wj = w + j * 64;
+      float zs = 0.0f;
+      for (int t = 0; t < n; ++t) {
+        const size_t pi = size_t(t) * ng + gi;
+        wj[t] = pj[t] * sf[pi];
+        zs = std::fma(pj[t], zf[pi], zs);  // fused, as before: the same sums bit for bit
       }
+      zsum[j] = zs;
     }
     const int c0 = gi * gs, c1 = c0 + gs;
-    for (int c = c0; c < c1; c += N) {
-      // Up to 8 accumulators (one per query head) stay in registers across the tokens.
-      auto a0 = hl::Set(df, zsum[0]), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-      if (g > 1) a1 = hl::Set(df, zsum[1]);
-      if (g > 2) a2 = hl::Set(df, zsum[2]);
-      if (g > 3) a3 = hl::Set(df, zsum[3]);
-      if (g > 4) a4 = hl::Set(df, zsum[4]);
-      if (g > 5) a5 = hl::Set(df, zsum[5]);
-      if (g > 6) a6 = hl::Set(df, zsum[6]);
-      if (g > 7) a7 = hl::Set(df, zsum[7]);
-      for (int t = 0; t < n; ++t) {
-        const auto cv = unpack(codes + size_t(t) * row_bytes, c);
-        const float* wt = w + t * 8;
-        a0 = hl::MulAdd(hl::Set(df, wt[0]), cv, a0);
-        if (g > 1) a1 = hl::MulAdd(hl::Set(df, wt[1]), cv, a1);
-        if (g > 2) a2 = hl::MulAdd(hl::Set(df, wt[2]), cv, a2);
-        if (g > 3) a3 = hl::MulAdd(hl::Set(df, wt[3]), cv, a3);
-        if (g > 4) a4 = hl::MulAdd(hl::Set(df, wt[4]), cv, a4);
-        if (g > 5) a5 = hl::MulAdd(hl::Set(df, wt[5]), cv, a5);
-        if (g > 6) a6 = hl::MulAdd(hl::Set(df, wt[6]), cv, a6);
-        if (g > 7) a7 = hl::MulAdd(hl::Set(df, wt[7]), cv, a7);
-      }
-      const auto add = [&](int j, decltype(a0) a) {
-        float* o = out + j * ldo + c;
-        hl::StoreU(hl::Add(hl::LoadU(df, o), a), df, o);
-      };
-      add(0, a0);
-      if (g > 1) add(1, a1);
-      if (g > 2) add(2, a2);
-      if (g > 3) add(3, a3);
-      if (g > 4) add(4, a4);
-      if (g > 5) add(5, a5);
-      if (g > 6) add(6, a6);
-      if (g > 7) add(7, a7);
+    switch (g) {
+      case 1:
+        QwinPvGroup<1>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
+      case 2:
+        QwinPvGroup<2>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
+      case 3:
+        QwinPvGroup<3>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
+      case 4:
+        QwinPvGroup<4>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
+      case 5:
+        QwinPvGroup<5>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
+      case 6:
+        QwinPvGroup<6>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
+      case 7:
+        QwinPvGroup<7>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
+      default:
+        QwinPvGroup<8>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        break;
     }
   }
 }
