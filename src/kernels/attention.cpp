@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "kernels/lowbit.h"
@@ -458,8 +459,11 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
     const int64_t tn = std::min(T, n_q - t0);
     const int64_t runs = (tn + kRun - 1) / kRun;
     const int64_t base = runs * H;
+    // Split so that the tasks are a multiple of kTargetTasks: 3 KV heads in 3 segments made
+    // 9 tasks, 5 on one of 2 threads and 4 on the other.
     const int64_t segs =
-        std::clamp<int64_t>((kTargetTasks + base - 1) / base, 1, std::max<int64_t>(nb_max, 1));
+        std::clamp<int64_t>(base >= kTargetTasks ? 1 : kTargetTasks / std::gcd(base, kTargetTasks),
+                            1, std::max<int64_t>(nb_max, 1));
     sc.parts.resize(size_t(tn * H * segs) * g * st);  // [token][head][seg][g][st]
     if (use_ml) sc.block_ml.resize(size_t(tn) * ml_tok);
     float* block_ml = use_ml ? sc.block_ml.data() : nullptr;
