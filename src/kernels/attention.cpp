@@ -144,6 +144,10 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   // window-sized buffer that stays in L1; a run of queries decodes the run's keys once for
   // all of them. The decoded values and the scoring are the same either way.
   const bool keys_per_window = p.qlayout && nq == 1;
+  // ...or, where the kernel allows (qwin_scores_supported), scores it straight from the codes
+  // with the same operations, keeping each key row in registers.
+  const bool scores_from_codes =
+      keys_per_window && p.rope && qwin_scores_supported(*p.qlayout, *p.rope, g);
   if (keys_per_window && kwin.size() < size_t(p.qlayout->window) * d)
     kwin.resize(size_t(p.qlayout->window) * d);
   // A run of queries over 16-bit blocks only (prefill over f16/bf16 pages, the current
@@ -246,6 +250,12 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
               const float* cs = rot.data() + size_t(b - b0) * 2 * d;
               rope_rows(p.rope->params(), d, cs, cs + d, /*inverse=*/true, qi, d, g, qrot.data(),
                         d);
+              if (scores_from_codes) {
+                prefetcher.touch(b);
+                qwin_scores(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, qrot.data(), d, g,
+                            p.scale, sc + ob, R);
+                continue;
+              }
               const float* kw = kbuf.data() + size_t(ob) * d;
               if (keys_per_window) {  // decode: the window's keys stay in L1
                 prefetcher.touch(b);

@@ -19,6 +19,16 @@ namespace qevict {
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                float* k, int64_t ldk);
 
+// scores[j·lds + t] = scale · q_j · (R(t)·k_t) for the g query heads j (rows of q, already
+// rotated by R(p0)ᵀ) and tokens t < n of KV head h's keys, straight from the codes: bit for
+// bit qwin_keys followed by qk_scores_f32, without writing the decoded keys. Needs
+// qwin_scores_supported(L, rope, g) (SIMD width >= 8 dividing head_dim, head_dim <= 8
+// vectors, g <= 16, windows within one RoPE table level, NeoX only with full rotation);
+// otherwise decode with qwin_keys and score with qk_scores_f32.
+bool qwin_scores_supported(const QuantLayout& L, const RopeTable& rope, int g);
+void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
+                 const float* q, int64_t ldq, int g, float scale, float* scores, int64_t lds);
+
 // KV head h's values of tokens [0, n): v f32 [n][ldv] = scale·code + zero per group.
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv);
 

@@ -151,6 +151,77 @@ TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
   EXPECT_GT(checked, 50);
 }
 
+// qwin_scores (scores straight from the key codes, the decode kernel's path) against the two
+// calls it stands for, bit for bit: qwin_keys then qk_scores_f32 — and against keys decoded
+// by the scalar reference and dotted in double. INT2 and INT4 keys, both RoPE styles, head
+// dims of 1..8 vectors, windows of 1..64 tokens (partial 8-token folds), partial windows,
+// 1..16 query heads, a misaligned window, score rows with a stride and sentinels after them.
+// Layouts it does not take are reported unsupported, and the engine's own (head_dim 64,
+// 8-token windows) are taken on any x86-64 with AVX2.
+TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
+  int checked = 0;
+  for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox})
+    for (int bits : {2, 4})
+      for (int d : {16, 48, 64, 128, 40})
+        for (int W : {8, 13, 64, 1})
+          for (int g : {1, 3, 7, 16}) {
+            QuantLayout L{bits, 2, d, W, 0, 2};
+            if (!L.validate().is_ok()) continue;
+            RopeParams rp;
+            rp.style = style;
+            rp.n_rot = d;
+            rp.freq_base = 10000.0f;
+            const RopeTable rope(rp, d, int64_t(1) << 16);
+            if (!qwin_scores_supported(L, rope, g)) {
+#if defined(__x86_64__)
+              if (__builtin_cpu_supports("avx2"))
+                ASSERT_FALSE(d == 64 && W == 8 && g <= 16)
+                    << "the engine's layout must take the fused path";
+#endif
+              continue;
+            }
+            std::mt19937 rng(bits * 1000 + d * 10 + g + W);
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            std::vector<float> k(size_t(W) * 2 * d), v(k.size());
+            for (auto& x : k) x = 3.0f * dist(rng) + 0.5f;
+            for (auto& x : v) x = dist(rng);
+            std::vector<uint8_t> win(L.window_bytes() + 3);
+            quantize_window(L, k.data(), v.data(), W, win.data() + 3);
+            const uint8_t* w = win.data() + 3;
+            for (int n : {W, W / 2 + 1, 1}) {
+              const int64_t ldq = d + 1, lds = n + 2;
+              std::vector<float> q(size_t(g) * ldq);
+              for (auto& x : q) x = dist(rng);
+              const float scale = 0.125f;
+              std::vector<float> got(size_t(g) * lds, kSentinel), two(got.size(), kSentinel);
+              qwin_scores(L, w, 1, n, rope, q.data(), ldq, g, scale, got.data(), lds);
+              std::vector<float> kd(size_t(n) * d), kr(size_t(n) * d);
+              qwin_keys(L, w, 1, n, rope, kd.data(), d);
+              qk_scores_f32(q.data(), ldq, g, kd.data(), d, n, d, scale, two.data(), lds);
+              ref::qwin_keys(L, w, 1, n, rp, kr.data(), d);
+              for (int j = 0; j < g; ++j) {
+                for (int64_t t = n; t < lds; ++t) ASSERT_EQ(got[j * lds + t], kSentinel);
+                for (int t = 0; t < n; ++t) {
+                  ASSERT_EQ(got[j * lds + t], two[j * lds + t])
+                      << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n
+                      << " head " << j << " token " << t << " style " << int(style);
+                  double dot = 0.0, mag = 0.0;
+                  for (int c = 0; c < d; ++c) {
+                    dot += double(q[j * ldq + c]) * kr[t * d + c];
+                    mag += std::fabs(double(q[j * ldq + c]) * kr[t * d + c]);
+                  }
+                  // Keys within a few roundings of the reference (LowbitDecode), then d
+                  // products summed in another order.
+                  ASSERT_NEAR(got[j * lds + t], scale * dot, scale * (d + 16) * 6e-8 * (mag + 1.0))
+                      << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n;
+                }
+              }
+              ++checked;
+            }
+          }
+  EXPECT_GT(checked, 100);
+}
+
 // rope_rows with the table's expanded rows against double angles, forward and inverse.
 TEST(RopeRows, MatchesDoubleAnglesBothWays) {
   for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {

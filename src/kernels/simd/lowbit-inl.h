@@ -167,6 +167,131 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
   }
 }
 
+// Scores straight from the codes (lowbit.h qwin_scores): QwinKeys' decode and rotation and
+// QkF32Folded<8>'s multiply-adds and folds, the same operations in the same order, with each
+// key row kept in DV registers instead of written and read back.
+inline bool QwinScoresSupported(const QuantLayout& L, const RopeTable& rope, int g) {
+  const LbTag df;
+  const hl::ScalableTag<float> dfull;  // qk_scores_f32's vectors: the folds must match
+  const int N = static_cast<int>(hl::Lanes(df)), d = L.head_dim;
+  const RopeParams& rp = rope.params();
+  const bool rot = rp.style == RopeStyle::kNormal ||
+                   (rp.style == RopeStyle::kNeox && rp.n_rot == d && (d / 2) % N == 0);
+  return N >= 8 && size_t(N) == hl::Lanes(dfull) && d % N == 0 && d / N <= 8 && g >= 1 && g <= 16 &&
+         rope.head_dim() == d && L.window <= RopeTable::kLevelRows && rot;
+}
+
+#if HWY_TARGET != HWY_SCALAR
+template <int DV>
+HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, int n,
+                             const RopeTable& rope, const float* q, int64_t ldq, int g, float scale,
+                             float* scores, int64_t lds) {
+  constexpr int T = 8;
+  const LbTag df;
+  const int N = static_cast<int>(hl::Lanes(df));
+  const int bits = L.kb();
+  const size_t row_bytes = L.k_row_bytes();
+  const uint8_t* ks = win + L.k_scale_off(h);
+  const uint8_t* kz = win + L.k_zero_off(h);
+  const hl::Rebind<hwy::float16_t, LbTag> dh;
+  hl::Vec<LbTag> sv[DV], zv[DV];
+  for (int k = 0; k < DV; ++k) {
+    sv[k] = hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(ks) + k * N));
+    zv[k] = hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(kz) + k * N));
+  }
+  const CodeUnpacker unpack(bits);
+  const bool neox = rope.params().style == RopeStyle::kNeox;
+  HWY_ALIGN float accs[16 * T * 16];  // [head][token][lane]
+  HWY_ALIGN float tmp[16] = {};  // (targets under 8 lanes never get here: supported says no)
+  for (int j0 = 0; j0 < n; j0 += T) {
+    const int nt = n - j0 < T ? n - j0 : T;
+    for (int t = 0; t < T; ++t) {
+      if (t >= nt) {  // padding: its lanes never reach a valid token's sum
+        for (int j = 0; j < g; ++j) hl::Store(hl::Zero(df), df, accs + (j * T + t) * N);
+        continue;
+      }
+      const int tw = j0 + t;  // offset in the window
+      const uint8_t* row = win + L.k_codes_off(h) + size_t(tw) * row_bytes;
+      const float* cx = rope.cosx_row(tw);
+      const float* sx = rope.sinx_row(tw);
+      hl::Vec<LbTag> kv[DV];
+      if (!neox) {
+        for (int k = 0; k < DV; ++k) {
+          const auto v = hl::MulAdd(unpack(row, k * N), sv[k], zv[k]);
+          kv[k] = hl::MulAdd(hl::Reverse2(df, v), hl::LoadU(df, sx + k * N),
+                             hl::Mul(v, hl::LoadU(df, cx + k * N)));
+        }
+      } else {
+        hl::Vec<LbTag> pre[DV];
+        for (int k = 0; k < DV; ++k) pre[k] = hl::MulAdd(unpack(row, k * N), sv[k], zv[k]);
+        for (int k = 0; k < DV; ++k) {
+          const int pk = k < DV / 2 ? k + DV / 2 : k - DV / 2;
+          kv[k] = hl::MulAdd(pre[pk], hl::LoadU(df, sx + k * N),
+                             hl::Mul(pre[k], hl::LoadU(df, cx + k * N)));
+        }
+      }
+      for (int j = 0; j < g; ++j) {
+        const float* qj = q + j * ldq;
+        auto acc = hl::Zero(df);
+        for (int k = 0; k < DV; ++k) acc = hl::MulAdd(hl::LoadU(df, qj + k * N), kv[k], acc);
+        hl::Store(acc, df, accs + (j * T + t) * N);
+      }
+    }
+    for (int j = 0; j < g; ++j) {
+      hl::Vec<LbTag> a[T];
+      for (int t = 0; t < T; ++t) a[t] = hl::Load(df, accs + (j * T + t) * N);
+      for (int cnt = T; cnt > 1; cnt /= 2)
+        for (int i = 0; i < cnt / 2; ++i)
+          a[i] = hl::Add(hl::ConcatEven(df, a[2 * i + 1], a[2 * i]),
+                         hl::ConcatOdd(df, a[2 * i + 1], a[2 * i]));
+      auto x = a[0];
+      for (int seg = N / T; seg > 1; seg /= 2)
+        x = hl::Add(hl::ConcatEven(df, x, x), hl::ConcatOdd(df, x, x));
+      hl::Store(x, df, tmp);
+      for (int t = 0; t < nt; ++t) scores[j * lds + j0 + t] = tmp[t] * scale;
+    }
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+inline void QwinScores(const QuantLayout& L, const uint8_t* win, int h, int n,
+                       const RopeTable& rope, const float* q, int64_t ldq, int g, float scale,
+                       float* scores, int64_t lds) {
+  assert(QwinScoresSupported(L, rope, g));
+#if HWY_TARGET != HWY_SCALAR
+  const LbTag df;
+  switch (L.head_dim / static_cast<int>(hl::Lanes(df))) {
+    case 1:
+      QwinScoresDv<1>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+    case 2:
+      QwinScoresDv<2>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+    case 3:
+      QwinScoresDv<3>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+    case 4:
+      QwinScoresDv<4>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+    case 5:
+      QwinScoresDv<5>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+    case 6:
+      QwinScoresDv<6>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+    case 7:
+      QwinScoresDv<7>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+    default:
+      QwinScoresDv<8>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+      break;
+  }
+#else
+  (void)L, (void)win, (void)h, (void)n, (void)rope, (void)q, (void)ldq, (void)g, (void)scale;
+  (void)scores, (void)lds;
+#endif
+}
+
 inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, float* v,
                        int64_t ldv) {
   const LbTag df;

@@ -16,6 +16,8 @@ HWY_EXPORT(QwinValues);
 HWY_EXPORT(RopeRows);
 HWY_EXPORT(QwinPv);
 HWY_EXPORT(QwinPvSupported);
+HWY_EXPORT(QwinScores);
+HWY_EXPORT(QwinScoresSupported);
 
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                float* k, int64_t ldk) {
@@ -23,6 +25,13 @@ void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const Rop
 }
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv) {
   HWY_DYNAMIC_DISPATCH(QwinValues)(L, win, h, n, v, ldv);
+}
+bool qwin_scores_supported(const QuantLayout& L, const RopeTable& rope, int g) {
+  return HWY_DYNAMIC_DISPATCH(QwinScoresSupported)(L, rope, g);
+}
+void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
+                 const float* q, int64_t ldq, int g, float scale, float* scores, int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(QwinScores)(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
 }
 bool qwin_pv_supported(const QuantLayout& L, int g) {
   return HWY_DYNAMIC_DISPATCH(QwinPvSupported)(L, g);
