@@ -202,7 +202,7 @@ HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, in
   const CodeUnpacker unpack(bits);
   const bool neox = rope.params().style == RopeStyle::kNeox;
   HWY_ALIGN float accs[16 * T * 16];  // [head][token][lane]
-  HWY_ALIGN float tmp[16] = {};  // (targets under 8 lanes never get here: supported says no)
+  HWY_ALIGN float tmp[16] = {};       // (targets under 8 lanes never get here: supported says no)
   for (int j0 = 0; j0 < n; j0 += T) {
     const int nt = n - j0 < T ? n - j0 : T;
     for (int t = 0; t < T; ++t) {
@@ -329,14 +329,27 @@ inline bool QwinPvSupported(const QuantLayout& L, int g) {
          L.window * (L.head_dim / L.g()) <= 64 * 64;
 }
 
-// QwinPv's sums over one value group's channels [c0, c1) for G query heads: G accumulators,
-// from zsum, stay in registers across the tokens (G a constant: no per-head tests in the loop).
+// QwinPv's work on one value group gi (channels [c0, c1)) for G query heads: the weights
+// w[j][t] = p_jt·s_t and zsum[j] = Σ_t p_jt·z_t in token order (G independent chains in
+// registers), then G vector accumulators, from zsum, across the tokens.
 template <int G>
 HWY_INLINE void QwinPvGroup(const CodeUnpacker& unpack, const uint8_t* codes, size_t row_bytes,
-                            int n, const float* w, const float* zsum, int c0, int c1, float* out,
-                            int64_t ldo) {
+                            int n, const float* p, int64_t ldp, const float* sf, const float* zf,
+                            int ng, int gi, int c0, int c1, float* out, int64_t ldo) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
+  HWY_ALIGN float w[G * 64];
+  float zsum[G];
+  for (int j = 0; j < G; ++j) zsum[j] = 0.0f;
+  for (int t = 0; t < n; ++t) {
+    const size_t pi = size_t(t) * ng + gi;
+    const float st = sf[pi], zt = zf[pi];
+    for (int j = 0; j < G; ++j) {
+      const float pj = p[j * ldp + t];
+      w[j * 64 + t] = pj * st;
+      zsum[j] = std::fma(pj, zt, zsum[j]);  // fused, as before: the same sums bit for bit
+    }
+  }
   for (int c = c0; c < c1; c += N) {
     hl::Vec<LbTag> a[G];
     for (int j = 0; j < G; ++j) a[j] = hl::Set(df, zsum[j]);
@@ -362,65 +375,47 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
   const CodeUnpacker unpack(bits);
-  // The window's value scales and zeros as floats, [t][gi] (vector F16C conversion).
-  HWY_ALIGN float sf[64 * 64], zf[64 * 64];
+  // The window's value scales and zeros as floats, [t][gi], by vector F16C conversion; a
+  // tail shorter than a vector (an 8-token window's 8 scales) through a zero-padded copy.
+  HWY_ALIGN float sf[64 * 64 + 16], zf[64 * 64 + 16];
   {
     const hl::Rebind<hwy::float16_t, LbTag> dh;
+    const auto* hs = reinterpret_cast<const hwy::float16_t*>(vs);
+    const auto* hz = reinterpret_cast<const hwy::float16_t*>(vz);
     const int np = n * ng;
     int i = 0;
     for (; i + N <= np; i += N) {
-      hl::Store(
-          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(vs + 2 * i))), df,
-          sf + i);
-      hl::Store(
-          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(vz + 2 * i))), df,
-          zf + i);
+      hl::Store(hl::PromoteTo(df, hl::LoadU(dh, hs + i)), df, sf + i);
+      hl::Store(hl::PromoteTo(df, hl::LoadU(dh, hz + i)), df, zf + i);
     }
-    for (; i < np; ++i)
-      sf[i] = f16_to_f32(load_f16_bits(vs, i)), zf[i] = f16_to_f32(load_f16_bits(vz, i));
+    if (i < np) {
+      HWY_ALIGN uint16_t bs[16] = {}, bz[16] = {};
+      std::memcpy(bs, vs + 2 * i, 2 * size_t(np - i));
+      std::memcpy(bz, vz + 2 * i, 2 * size_t(np - i));
+      hl::Store(hl::PromoteTo(df, hl::Load(dh, reinterpret_cast<const hwy::float16_t*>(bs))), df,
+                sf + i);
+      hl::Store(hl::PromoteTo(df, hl::Load(dh, reinterpret_cast<const hwy::float16_t*>(bz))), df,
+                zf + i);
+    }
   }
-  // w[j][t] = p_jt·s_t (the group's scale), zsum[j] = Σ_t p_jt·z_t in token order, one
-  // query head at a time so that each sum stays in a register.
-  HWY_ALIGN float w[8 * 64];
-  float zsum[8];
   for (int gi = 0; gi < ng; ++gi) {
-    for (int j = 0; j < g; ++j) {
-      const float* pj = p + j * ldp;
-      float* wj = w + j * 64;
-      float zs = 0.0f;
-      for (int t = 0; t < n; ++t) {
-        const size_t pi = size_t(t) * ng + gi;
-        wj[t] = pj[t] * sf[pi];
-        zs = std::fma(pj[t], zf[pi], zs);  // fused, as before: the same sums bit for bit
-      }
-      zsum[j] = zs;
-    }
     const int c0 = gi * gs, c1 = c0 + gs;
     switch (g) {
-      case 1:
-        QwinPvGroup<1>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
-        break;
-      case 2:
-        QwinPvGroup<2>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
-        break;
-      case 3:
-        QwinPvGroup<3>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
-        break;
-      case 4:
-        QwinPvGroup<4>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
-        break;
-      case 5:
-        QwinPvGroup<5>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
-        break;
-      case 6:
-        QwinPvGroup<6>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
-        break;
-      case 7:
-        QwinPvGroup<7>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
-        break;
+#define QEVICT_PV_CASE(G)                                                                  \
+  case G:                                                                                  \
+    QwinPvGroup<G>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0, c1, out, ldo); \
+    break;
+      QEVICT_PV_CASE(1)
+      QEVICT_PV_CASE(2)
+      QEVICT_PV_CASE(3)
+      QEVICT_PV_CASE(4)
+      QEVICT_PV_CASE(5)
+      QEVICT_PV_CASE(6)
+      QEVICT_PV_CASE(7)
       default:
-        QwinPvGroup<8>(unpack, codes, row_bytes, n, w, zsum, c0, c1, out, ldo);
+        QwinPvGroup<8>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0, c1, out, ldo);
         break;
+#undef QEVICT_PV_CASE
     }
   }
 }
