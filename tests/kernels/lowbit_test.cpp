@@ -174,9 +174,10 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
             const RopeTable rope(rp, d, int64_t(1) << 16);
             if (!qwin_scores_supported(L, rope, g)) {
 #if defined(__x86_64__)
-              if (__builtin_cpu_supports("avx2"))
+              if (__builtin_cpu_supports("avx2")) {
                 ASSERT_FALSE(d == 64 && W == 8 && g <= 16)
                     << "the engine's layout must take the fused path";
+              }
 #endif
               continue;
             }

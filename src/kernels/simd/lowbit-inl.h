@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/f16.h"
 #include "hwy/highway.h"
@@ -27,6 +28,38 @@ namespace hl = hwy::HWY_NAMESPACE;
 
 // At most 16 lanes, so that N codes of 4 bits fit in 64 bits.
 using LbTag = hl::CappedTag<float, 16>;
+
+// Calls f(std::integral_constant<int, K>()) with K = k for k in 1..7, else 8: turns a small
+// run-time count (vectors per head dim, query heads per pass) into a template constant.
+template <class F>
+HWY_INLINE void WithUpTo8(int k, F&& f) {
+  switch (k) {
+    case 1:
+      f(std::integral_constant<int, 1>());
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>());
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>());
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>());
+      break;
+    case 5:
+      f(std::integral_constant<int, 5>());
+      break;
+    case 6:
+      f(std::integral_constant<int, 6>());
+      break;
+    case 7:
+      f(std::integral_constant<int, 7>());
+      break;
+    default:
+      f(std::integral_constant<int, 8>());
+      break;
+  }
+}
 
 // Unpacks the N codes of channels [c0, c0 + N) of a packed row (c0 a multiple of N).
 struct CodeUnpacker {
@@ -260,32 +293,9 @@ inline void QwinScores(const QuantLayout& L, const uint8_t* win, int h, int n,
   assert(QwinScoresSupported(L, rope, g));
 #if HWY_TARGET != HWY_SCALAR
   const LbTag df;
-  switch (L.head_dim / static_cast<int>(hl::Lanes(df))) {
-    case 1:
-      QwinScoresDv<1>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-    case 2:
-      QwinScoresDv<2>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-    case 3:
-      QwinScoresDv<3>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-    case 4:
-      QwinScoresDv<4>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-    case 5:
-      QwinScoresDv<5>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-    case 6:
-      QwinScoresDv<6>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-    case 7:
-      QwinScoresDv<7>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-    default:
-      QwinScoresDv<8>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
-      break;
-  }
+  WithUpTo8(L.head_dim / static_cast<int>(hl::Lanes(df)), [&](auto dv) {
+    QwinScoresDv<decltype(dv)::value>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+  });
 #else
   (void)L, (void)win, (void)h, (void)n, (void)rope, (void)q, (void)ldq, (void)g, (void)scale;
   (void)scores, (void)lds;
@@ -400,23 +410,10 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
   }
   for (int gi = 0; gi < ng; ++gi) {
     const int c0 = gi * gs, c1 = c0 + gs;
-    switch (g) {
-#define QEVICT_PV_CASE(G)                                                                  \
-  case G:                                                                                  \
-    QwinPvGroup<G>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0, c1, out, ldo); \
-    break;
-      QEVICT_PV_CASE(1)
-      QEVICT_PV_CASE(2)
-      QEVICT_PV_CASE(3)
-      QEVICT_PV_CASE(4)
-      QEVICT_PV_CASE(5)
-      QEVICT_PV_CASE(6)
-      QEVICT_PV_CASE(7)
-      default:
-        QwinPvGroup<8>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0, c1, out, ldo);
-        break;
-#undef QEVICT_PV_CASE
-    }
+    WithUpTo8(g, [&](auto gc) {
+      QwinPvGroup<decltype(gc)::value>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0, c1,
+                                       out, ldo);
+    });
   }
 }
 
