@@ -130,12 +130,13 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                              int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
                              float* block_ml, int64_t ml_stride) {
   const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
-  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, kwin, qall, mscores;
+  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, qhi, hirot, kwin, qall, mscores;
   thread_local std::vector<int> off;
   thread_local std::vector<const uint16_t*> krows, vrows;
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
   if (qrot.size() < size_t(g) * d) qrot.resize(size_t(g) * d);
+  if (qhi.size() < size_t(g) * d) qhi.resize(size_t(g) * d), hirot.resize(size_t(2) * d);
   // Decode (one query) sums low-bit values straight from their codes; a run of queries
   // (prefill) decodes the run's values once and sums the rows for each query. The two round
   // differently (ulps, tested): a query's output depends on whether it is alone.
@@ -223,6 +224,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, kbuf.data() + o, d);
       if (!pv_from_codes && !p.stats_only)
         qwin_values(*p.qlayout, blk.qwin, p.kv_head, n_max, vbuf.data() + o, d);
+      if (keys_per_window) continue;  // one query: R(p0) in two steps, below
       float* cs = rot.data() + size_t(b - b0) * 2 * d;
       p.rope->expanded(blk.pos0, cs, cs + d);
     }
@@ -234,6 +236,9 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       // This query's scores, [g][R]: its rows of the run's batch, or its own.
       float* const sc = batch ? mscores.data() + size_t(i) * g * R : scores.data();
       bool any = false;
+      // One query: R(p0)ᵀq as R(lo)ᵀ(R(hi)ᵀq), p0 = hi + lo with lo < 256: R(hi)ᵀq is shared
+      // by the 32 windows of a 256-position stretch, R(lo) is a row of the table's first level.
+      int64_t hi_cur = -1;
       for (const Span& sp : spans) {
         const int o = off[sp.b - b0];
         const int n =
@@ -247,9 +252,26 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
             // Window by window: each has its own R(p0) for the query.
             for (int b = sp.b, ob = o; b < sp.e && ob < o + n; ob += blocks[b].n, ++b) {
               const int nb = std::min(blocks[b].n, o + n - ob);
-              const float* cs = rot.data() + size_t(b - b0) * 2 * d;
-              rope_rows(p.rope->params(), d, cs, cs + d, /*inverse=*/true, qi, d, g, qrot.data(),
-                        d);
+              if (keys_per_window) {
+                const int64_t lo = blocks[b].pos0 & (RopeTable::kLevelRows - 1);
+                const int64_t hi = blocks[b].pos0 - lo;
+                if (hi != hi_cur) {
+                  hi_cur = hi;
+                  if (hi == 0) {
+                    std::memcpy(qhi.data(), qi, sizeof(float) * size_t(g) * d);
+                  } else {
+                    p.rope->expanded(hi, hirot.data(), hirot.data() + d);
+                    rope_rows(p.rope->params(), d, hirot.data(), hirot.data() + d,
+                              /*inverse=*/true, qi, d, g, qhi.data(), d);
+                  }
+                }
+                rope_rows(p.rope->params(), d, p.rope->cosx_row(lo), p.rope->sinx_row(lo),
+                          /*inverse=*/true, qhi.data(), d, g, qrot.data(), d);
+              } else {
+                const float* cs = rot.data() + size_t(b - b0) * 2 * d;
+                rope_rows(p.rope->params(), d, cs, cs + d, /*inverse=*/true, qi, d, g, qrot.data(),
+                          d);
+              }
               if (scores_from_codes) {
                 prefetcher.touch(b);
                 qwin_scores(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, qrot.data(), d, g,
