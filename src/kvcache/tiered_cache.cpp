@@ -47,7 +47,7 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   if (observing()) return observe(layer, q, pool);
   // S̄(w) += (1/H_q) Σ_h Σ_τ Σ_{i∈w} a_τ^h(i): masses were summed over heads and tokens.
   const double inv_hq = 1.0 / shape_.n_q_heads;
-  for (int64_t b = 0; b < nb; ++b) store_.add_score(layer, block_window_[b], mass_[b] * inv_hq);
+  store_.add_scores(layer, block_window_.data(), mass_.data(), nb, inv_hq);
 }
 
 void TieredKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,
@@ -102,7 +102,7 @@ void TieredKvCache::observe(int layer, const float* q, ThreadPool& pool) {
                 pool);
   store_.reset_scores(layer);
   const double inv_hq = 1.0 / shape_.n_q_heads;
-  for (int64_t b = 0; b < nb; ++b) store_.add_score(layer, block_window_[b], mass_[b] * inv_hq);
+  store_.add_scores(layer, block_window_.data(), mass_.data(), nb, inv_hq);
 }
 
 bool TieredKvCache::route_layers_parallel(std::vector<Status>* st) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 
 namespace qevict {
@@ -133,6 +134,18 @@ void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlock
 void WindowStore::add_score(int layer, int32_t id, double mass) {
   if (id < 0) return;
   if (Window* w = find(layers_[layer], id)) w->score += mass;
+}
+
+void WindowStore::add_scores(int layer, const int32_t* ids, const double* mass, int64_t n,
+                             double factor) {
+  Layer& L = layers_[layer];
+  auto it = L.windows.begin();
+  for (int64_t b = 0; b < n; ++b) {
+    if (ids[b] < 0) continue;  // the sink
+    assert(b == 0 || ids[b] > ids[b - 1]);
+    while (it != L.windows.end() && it->id < ids[b]) ++it;
+    if (it != L.windows.end() && it->id == ids[b]) it->score += mass[b] * factor;
+  }
 }
 
 void WindowStore::reset_scores(int layer) {

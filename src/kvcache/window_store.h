@@ -60,6 +60,9 @@ class WindowStore {
                         std::vector<int32_t>* block_window) const;
   // Adds attention mass to a window's score (id -1: the sink).
   void add_score(int layer, int32_t id, double mass);
+  // add_score(layer, ids[b], mass[b] * factor) for b in [0, n), ids ascending (as
+  // attention_blocks lists them): one walk of the table instead of a search per window.
+  void add_scores(int layer, const int32_t* ids, const double* mass, int64_t n, double factor);
   // Sets every window's score of a layer to 0 (a prompt-end observation window restarts
   // the scores, --prefill-window).
   void reset_scores(int layer);
