@@ -28,6 +28,7 @@ class TieredKvCacheTestPeer {
   }
   explicit TieredKvCacheTestPeer(TieredKvCache& c) : c_(c) {}
   const WindowStore& store() const { return c_.store_; }
+  WindowStore& mutable_store() { return c_.store_; }
   const QuantLayout& quant_layout() const { return c_.qlayout_; }
   // Moves one aged window to tier t through the store's plan path (every other candidate
   // keeps its tier; windows that just aged go to F).

@@ -191,6 +191,40 @@ TEST(TieredKvCache, LedgerCodesSurviveTenDemotePromoteCycles) {
   EXPECT_EQ(report_of(*c).layers[0].quantizations, 1);
 }
 
+// add_scores (decode's one walk over a layer's window table) must add exactly what
+// add_score adds window by window, with evicted windows (no block, an entry kept one event)
+// and dropped entries (neither) between the blocks' ids.
+TEST(TieredKvCache, AddScoresEqualsAddScoreWindowByWindow) {
+  Driver d;
+  ThreadPool pool(1);
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 2.0;  // nothing is routed away; we drive tiers by hand
+  auto c = TieredKvCacheTestPeer::make(d.shape, 300, p);
+  TieredKvCacheTestPeer t(*c);
+  d.step(*c, 200, pool, 11);
+  ASSERT_TRUE(t.force_tier(0, 1, Tier::kEvicted).is_ok());
+  ASSERT_TRUE(t.force_tier(0, 6, Tier::kEvicted).is_ok());  // drops window 1's entry
+  ASSERT_TRUE(t.force_tier(0, 9, Tier::kQuant).is_ok());
+  WindowStore& s = t.mutable_store();
+  std::vector<KvBlockRef> blocks;
+  std::vector<int32_t> ids;
+  s.attention_blocks(0, 200, &blocks, &ids);
+  ASSERT_EQ(ids.front(), -1);  // the sink
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), 1), 0);
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), 6), 0);
+  const int32_t n_win = s.n_windows(0);
+  std::vector<double> before(static_cast<size_t>(n_win)), mass(ids.size());
+  for (int32_t w = 0; w < n_win; ++w) before[w] = s.window(0, w).score;
+  for (size_t b = 0; b < ids.size(); ++b) mass[b] = 0.125 * double(b + 1) + 1.0 / 3.0;
+  s.add_scores(0, ids.data(), mass.data(), int64_t(ids.size()), 0.7);
+  std::vector<double> want = before;
+  for (size_t b = 0; b < ids.size(); ++b)
+    if (ids[b] >= 0) want[ids[b]] += mass[b] * 0.7;
+  for (int32_t w = 0; w < n_win; ++w) EXPECT_EQ(s.window(0, w).score, want[w]) << "window " << w;
+  EXPECT_EQ(s.window(0, 6).score, before[6]) << "an evicted window's entry took mass";
+}
+
 TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
   Driver d;
   ThreadPool pool(1);
