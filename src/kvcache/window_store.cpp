@@ -193,11 +193,15 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
   }
   // Evictions free slots first, demotions then free F slots as they take ledger slots,
   // promotions come last: the store never holds more than the budget in between.
+  // Each entry's window, looked up once for the passes (a null: already dropped, evicted).
+  thread_local std::vector<Window*> win;
+  win.resize(plan.entries.size());
+  for (size_t i = 0; i < plan.entries.size(); ++i) win[i] = find(L, plan.entries[i].id);
   for (int pass = 0; pass < 3; ++pass) {
-    for (const PlanEntry& e : plan.entries) {
-      Window* wp = find(L, e.id);
-      if (!wp) continue;  // already dropped: evicted
-      Window& w = *wp;
+    for (size_t i = 0; i < plan.entries.size(); ++i) {
+      const PlanEntry& e = plan.entries[i];
+      if (!win[i]) continue;
+      Window& w = *win[i];
       if (pass == 0 && e.to == Tier::kEvicted) {
         if (w.tier == Tier::kEvicted) continue;
         if (!w.routed) ++L.counters.evicted_at_first_routing;
@@ -210,8 +214,7 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
       }
     }
   }
-  for (const PlanEntry& e : plan.entries) {
-    Window* w = find(L, e.id);
+  for (Window* w : win) {
     if (!w) continue;
     if (!w->routed) ++L.counters.aged;
     w->routed = true;
