@@ -42,6 +42,21 @@ KvReport quantizer_report(const std::string& policy, const std::string& describe
   return r;
 }
 
+KvReport routed_report(const std::string& policy, const std::string& describe,
+                       const KvBudget& budget, size_t bytes_held, size_t peak,
+                       int64_t routing_events, double route_seconds, double route_seconds_decode) {
+  KvReport r;
+  r.policy = policy;
+  r.describe = describe;
+  r.budget = budget;
+  r.bytes_held = bytes_held;
+  r.peak_bytes_held = std::max(peak, bytes_held);
+  r.routing_events = routing_events;
+  r.route_seconds = route_seconds;
+  r.route_seconds_decode = route_seconds_decode;
+  return r;
+}
+
 }  // namespace qevict
 
 namespace qevict {

@@ -31,6 +31,13 @@ Status check_begin(int64_t n_past, int64_t n_new, int64_t n_ctx);
 KvReport quantizer_report(const std::string& policy, const std::string& describe,
                           const KvShape& shape, size_t bytes_held, size_t peak);
 
+// The common head of a budgeted cache's report (the tiered and per-head caches): name,
+// description, budget, bytes held and the most held, routing events and their wall time
+// (all of it, and the part spent during decode).
+KvReport routed_report(const std::string& policy, const std::string& describe,
+                       const KvBudget& budget, size_t bytes_held, size_t peak,
+                       int64_t routing_events, double route_seconds, double route_seconds_decode);
+
 // A model's attention output projections, for policies that score tokens by their
 // value-projected norms (CriticalKV): wo[l] is layer l's W_O, n_embd rows of
 // n_q_heads · head_dim columns (a GGUF weight, not owned).

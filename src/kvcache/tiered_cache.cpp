@@ -266,15 +266,8 @@ std::string TieredKvCache::describe() const {
 }
 
 void TieredKvCache::report(KvReport* out, ReportDetail detail) const {
-  *out = KvReport();
-  out->policy = p_.policy;
-  out->describe = describe();
-  out->budget = budget_;
-  out->bytes_held = bytes_held();
-  out->peak_bytes_held = std::max(peak_bytes_, out->bytes_held);
-  out->routing_events = routing_events_;
-  out->route_seconds = clock_.seconds;
-  out->route_seconds_decode = clock_.seconds_decode;
+  *out = routed_report(p_.policy, describe(), budget_, bytes_held(), peak_bytes_, routing_events_,
+                       clock_.seconds, clock_.seconds_decode);
   out->quantize_seconds = store_.quantize_seconds();
   out->promote_seconds = store_.promote_seconds();
   out->unit_tokens = p_.window;
