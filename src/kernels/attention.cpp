@@ -136,7 +136,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
   if (qrot.size() < size_t(g) * d) qrot.resize(size_t(g) * d);
-  if (qhi.size() < size_t(g) * d) qhi.resize(size_t(g) * d), hirot.resize(size_t(2) * d);
+  if (qhi.size() < size_t(g) * d) qhi.resize(size_t(g) * d);
+  if (hirot.size() < size_t(2) * d) hirot.resize(size_t(2) * d);
   // Decode (one query) sums low-bit values straight from their codes; a run of queries
   // (prefill) decodes the run's values once and sums the rows for each query. The two round
   // differently (ulps, tested): a query's output depends on whether it is alone.
