@@ -335,9 +335,12 @@ TEST(AttendBlocks, TokenMassesMatchDirectSoftmaxAndDoNotDependOnThreads) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FusedAttention,
-    ::testing::Values(Shape{3, 64, 2, HalfType::kF16}, Shape{1, 64, 4, HalfType::kF16},
-                      Shape{4, 32, 2, HalfType::kBF16}, Shape{7, 16, 2, HalfType::kF16},
-                      Shape{2, 128, 4, HalfType::kBF16}, Shape{3, 64, 2, HalfType::kF16, 70000},
+    // The second shape: a larger head dim within the first's group × dim, past position 256
+    // (the lone query's R(hi) scratch must grow with the head dim alone).
+    ::testing::Values(Shape{3, 64, 2, HalfType::kF16}, Shape{1, 128, 2, HalfType::kF16, 70000},
+                      Shape{1, 64, 4, HalfType::kF16}, Shape{4, 32, 2, HalfType::kBF16},
+                      Shape{7, 16, 2, HalfType::kF16}, Shape{2, 128, 4, HalfType::kBF16},
+                      Shape{3, 64, 2, HalfType::kF16, 70000},
                       Shape{3, 40, 4, HalfType::kBF16, 65530},
                       Shape{2, 72, 2, HalfType::kF16, 1 << 20},
                       Shape{3, 64, 4, HalfType::kF16, 0, 2},  // 4-bit keys, 2-bit values
