@@ -72,7 +72,7 @@ void BM_QwinKeys(benchmark::State& st) {
   size_t i = 0;
   for (auto _ : st) {
     if (ahead > 0) p.prefetch(i + ahead, 1);
-    qwin_keys(p.L, p.win(i), 1, 8, p.rope, k.data(), 64);
+    qwin_keys(p.L, p.win(i), 1, 8, p.rope, 0, k.data(), 64);
     benchmark::DoNotOptimize(k.data());
     i = (i + 1) % n;
   }

@@ -118,6 +118,15 @@ class WindowPrefetcher {
   int ahead_ = 0;  // low-bit windows in (b, next_) asked for
 };
 
+// The first-level table row at which a low-bit window's keys start their rotation: its
+// offset within the 256-position stretch it lies in, when the whole window fits in that
+// stretch (the query then carries R(pos0 - row)ᵀ only), else 0 (the query carries R(pos0)ᵀ).
+// A window's own property, so that a run of queries and a lone query round alike.
+inline int key_row0(const KvBlockRef& blk) {
+  const int64_t lo = blk.pos0 & (RopeTable::kLevelRows - 1);
+  return lo + blk.n <= RopeTable::kLevelRows ? static_cast<int>(lo) : 0;
+}
+
 bool continues(const KvBlockRef& a, const KvBlockRef& b) {
   if (a.pos0 + a.n != b.pos0) return false;
   if (!a.k || !b.k) return !a.k && !b.k;  // low-bit windows are decoded side by side
@@ -210,8 +219,9 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                        R);
     }
     // Decode the run's low-bit windows once for all queries (SIMD, kernels/lowbit.h): keys
-    // rotated by their in-window RoPE R(t), values as they are; and each window's R(p0),
-    // which the queries carry instead (q·R(p0 + t)k = (R(p0)ᵀq)·(R(t)k)).
+    // rotated by R(r + t) from the table's first level (r = key_row0), values as they are;
+    // and each window's R(p0 - r), which the queries carry instead
+    // (q·R(p0 + t)k = (R(p0 - r)ᵀq)·(R(r + t)k)).
     if (kbuf.size() < size_t(R) * d) kbuf.resize(size_t(R) * d), vbuf.resize(size_t(R) * d);
     if (rot.size() < size_t(b1 - b0) * 2 * d) rot.resize(size_t(b1 - b0) * 2 * d);
     for (int b = b0; b < b1; ++b) {
@@ -221,13 +231,14 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       if (n_max <= 0) continue;
       const size_t o = size_t(off[b - b0]) * d;
       if (!keys_per_window) prefetcher.touch(b);
+      const int row0 = key_row0(blk);
       if (!keys_per_window)
-        qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, kbuf.data() + o, d);
+        qwin_keys(*p.qlayout, blk.qwin, p.kv_head, n_max, *p.rope, row0, kbuf.data() + o, d);
       if (!pv_from_codes && !p.stats_only)
         qwin_values(*p.qlayout, blk.qwin, p.kv_head, n_max, vbuf.data() + o, d);
-      if (keys_per_window) continue;  // one query: R(p0) in two steps, below
+      if (keys_per_window) continue;  // one query: its rotation per window, below
       float* cs = rot.data() + size_t(b - b0) * 2 * d;
-      p.rope->expanded(blk.pos0, cs, cs + d);
+      p.rope->expanded(blk.pos0 - row0, cs, cs + d);
     }
     for (int i = 0; i < nq; ++i) {
       const float* qi = q + i * ldq;
@@ -237,8 +248,9 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       // This query's scores, [g][R]: its rows of the run's batch, or its own.
       float* const sc = batch ? mscores.data() + size_t(i) * g * R : scores.data();
       bool any = false;
-      // One query: R(p0)ᵀq as R(lo)ᵀ(R(hi)ᵀq), p0 = hi + lo with lo < 256: R(hi)ᵀq is shared
-      // by the 32 windows of a 256-position stretch, R(lo) is a row of the table's first level.
+      // One query: p0 = hi + lo with lo < 256; R(hi)ᵀq is shared by the 32 windows of a
+      // 256-position stretch, and the keys start their rotation at row lo of the table's first
+      // level (R(lo)ᵀ on the query instead for a window that would run past it).
       int64_t hi_cur = -1;
       for (const Span& sp : spans) {
         const int o = off[sp.b - b0];
@@ -253,6 +265,9 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
             // Window by window: each has its own R(p0) for the query.
             for (int b = sp.b, ob = o; b < sp.e && ob < o + n; ob += blocks[b].n, ++b) {
               const int nb = std::min(blocks[b].n, o + n - ob);
+              // The keys' rotation starts at table row `row0`; the query carries the rest.
+              const float* qw = qrot.data();
+              const int row0 = key_row0(blocks[b]);
               if (keys_per_window) {
                 const int64_t lo = blocks[b].pos0 & (RopeTable::kLevelRows - 1);
                 const int64_t hi = blocks[b].pos0 - lo;
@@ -266,26 +281,32 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                               /*inverse=*/true, qi, d, g, qhi.data(), d);
                   }
                 }
-                rope_rows(p.rope->params(), d, p.rope->cosx_row(lo), p.rope->sinx_row(lo),
-                          /*inverse=*/true, qhi.data(), d, g, qrot.data(), d);
+                if (lo == row0) {
+                  // q·R(hi + lo + t)k = (R(hi)ᵀq)·(R(lo + t)k): the keys take rows lo + t of
+                  // the table's first level, and the query needs no rotation of its own.
+                  qw = qhi.data();
+                } else {  // a window across a 256-position boundary: R(lo)ᵀ on the query
+                  rope_rows(p.rope->params(), d, p.rope->cosx_row(lo), p.rope->sinx_row(lo),
+                            /*inverse=*/true, qhi.data(), d, g, qrot.data(), d);
+                }
               } else {
-                const float* cs = rot.data() + size_t(b - b0) * 2 * d;
+                const float* cs = rot.data() + size_t(b - b0) * 2 * d;  // R(p0 - row0)
                 rope_rows(p.rope->params(), d, cs, cs + d, /*inverse=*/true, qi, d, g, qrot.data(),
                           d);
               }
               if (scores_from_codes) {
                 prefetcher.touch(b);
-                qwin_scores(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, qrot.data(), d, g,
+                qwin_scores(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, row0, qw, d, g,
                             p.scale, sc + ob, R);
                 continue;
               }
               const float* kw = kbuf.data() + size_t(ob) * d;
               if (keys_per_window) {  // decode: the window's keys stay in L1
                 prefetcher.touch(b);
-                qwin_keys(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, kwin.data(), d);
+                qwin_keys(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, row0, kwin.data(), d);
                 kw = kwin.data();
               }
-              qk_scores_f32(qrot.data(), d, g, kw, d, nb, d, p.scale, sc + ob, R);
+              qk_scores_f32(qw, d, g, kw, d, nb, d, p.scale, sc + ob, R);
             }
           }
         }

@@ -13,21 +13,25 @@
 
 namespace qevict {
 
-// KV head h's keys of tokens [0, n) of a window, decoded (pre-RoPE) and rotated by R(t),
-// t the token's offset in the window: k f32 [n][ldk] (head_dim used per row). Needs
-// rope.head_dim() == L.head_dim and L.window <= rope.limit().
+// KV head h's keys of tokens [0, n) of a window, decoded (pre-RoPE) and rotated by
+// R(row0 + t), t the token's offset in the window: k f32 [n][ldk] (head_dim used per row).
+// row0 = 0 is the in-window rotation; a lone query rotated by R(hi)ᵀ only (p0 = hi + lo,
+// lo < 256) passes row0 = lo and needs no per-window rotation of its own. Needs
+// rope.head_dim() == L.head_dim, row0 >= 0 and row0 + L.window <= rope.limit().
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
-               float* k, int64_t ldk);
+               int row0, float* k, int64_t ldk);
 
-// scores[j·lds + t] = scale · q_j · (R(t)·k_t) for the g query heads j (rows of q, already
-// rotated by R(p0)ᵀ) and tokens t < n of KV head h's keys, straight from the codes: bit for
-// bit qwin_keys followed by qk_scores_f32, without writing the decoded keys. Needs
-// qwin_scores_supported(L, rope, g) (SIMD width >= 8 dividing head_dim, head_dim <= 8
-// vectors, g <= 16, windows within one RoPE table level, NeoX only with full rotation);
+// scores[j·lds + t] = scale · q_j · (R(row0 + t)·k_t) for the g query heads j (rows of q,
+// already rotated by R(p0 - row0)ᵀ) and tokens t < n of KV head h's keys, straight from the
+// codes: bit for bit qwin_keys followed by qk_scores_f32, without writing the decoded keys.
+// Needs qwin_scores_supported(L, rope, g) (SIMD width >= 8 dividing head_dim, head_dim <= 8
+// vectors, g <= 16, windows within one RoPE table level, NeoX only with full rotation) and
+// 0 <= row0, row0 + n <= RopeTable::kLevelRows (the rows come from the table's first level);
 // otherwise decode with qwin_keys and score with qk_scores_f32.
 bool qwin_scores_supported(const QuantLayout& L, const RopeTable& rope, int g);
 void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
-                 const float* q, int64_t ldq, int g, float scale, float* scores, int64_t lds);
+                 int row0, const float* q, int64_t ldq, int g, float scale, float* scores,
+                 int64_t lds);
 
 // KV head h's values of tokens [0, n): v f32 [n][ldv] = scale·code + zero per group.
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv);

@@ -42,44 +42,48 @@ TEST_P(LowbitDecode, MatchesScalarReference) {
   std::vector<float> k(size_t(W) * H * d), v(k.size());
   for (auto& x : k) x = 3.0f * dist(rng);
   for (auto& x : v) x = dist(rng);
-  for (int n : {W, (W + 1) / 2, 1}) {
-    std::vector<uint8_t> win(L.window_bytes() + 1);  // +1: misaligned start
-    quantize_window(L, k.data(), v.data(), n, win.data() + 1);
-    const uint8_t* w = win.data() + 1;
-    const int64_t ld = d + 3;
-    std::vector<float> gk(size_t(n) * ld, kSentinel), gv(gk.size(), kSentinel);
-    std::vector<float> rk(size_t(n) * ld, 0.0f), rv(rk.size(), 0.0f);
-    qwin_keys(L, w, h, n, rope, gk.data(), ld);
-    qwin_values(L, w, h, n, gv.data(), ld);
-    ref::qwin_keys(L, w, h, n, rp, rk.data(), ld);
-    ref::qwin_values(L, w, h, n, rv.data(), ld);
-    for (int t = 0; t < n; ++t) {
-      for (int c = d; c < ld; ++c) {
-        ASSERT_EQ(gk[t * ld + c], kSentinel) << "key row " << t << " written past head_dim";
-        ASSERT_EQ(gv[t * ld + c], kSentinel) << "value row " << t << " written past head_dim";
+  // row0: the in-window rotation, one starting deep in the table's first level (a window
+  // there crosses into the composed rows past 256), one past it.
+  for (int row0 : {0, 249, 700})
+    for (int n : {W, (W + 1) / 2, 1}) {
+      std::vector<uint8_t> win(L.window_bytes() + 1);  // +1: misaligned start
+      quantize_window(L, k.data(), v.data(), n, win.data() + 1);
+      const uint8_t* w = win.data() + 1;
+      const int64_t ld = d + 3;
+      std::vector<float> gk(size_t(n) * ld, kSentinel), gv(gk.size(), kSentinel);
+      std::vector<float> rk(size_t(n) * ld, 0.0f), rv(rk.size(), 0.0f);
+      qwin_keys(L, w, h, n, rope, row0, gk.data(), ld);
+      qwin_values(L, w, h, n, gv.data(), ld);
+      ref::qwin_keys(L, w, h, n, rp, row0, rk.data(), ld);
+      ref::qwin_values(L, w, h, n, rv.data(), ld);
+      for (int t = 0; t < n; ++t) {
+        for (int c = d; c < ld; ++c) {
+          ASSERT_EQ(gk[t * ld + c], kSentinel) << "key row " << t << " written past head_dim";
+          ASSERT_EQ(gv[t * ld + c], kSentinel) << "value row " << t << " written past head_dim";
+        }
+        // Values: one multiply-add of exact codes, the same rounding as the reference except
+        // for FMA contraction: within one rounding of |s·code| + |z|.
+        for (int c = 0; c < d; ++c) {
+          const float a = gv[t * ld + c], b = rv[t * ld + c];
+          ASSERT_NEAR(a, b, 2e-7f * (std::fabs(b) + 4.0f)) << "value t " << t << " c " << c;
+        }
+        // Keys: decode (one rounding) then a rotation with float cos/sin from the table vs
+        // double-computed ones (a few roundings each): |error| <= 8·2^-24·(|k_a| + |k_b|) per
+        // output, bounded here with the row's max |k|.
+        float kmax = 0;
+        for (int c = 0; c < d; ++c) kmax = std::max(kmax, std::fabs(rk[t * ld + c]));
+        const float tol = 8.0f * std::ldexp(1.0f, -24) * 2.0f * (kmax + 1.0f);
+        int worst = 0;
+        float err = 0;
+        for (int c = 0; c < d; ++c) {
+          const float e = std::fabs(gk[t * ld + c] - rk[t * ld + c]);
+          if (e > err) err = e, worst = c;
+        }
+        ASSERT_LE(err, tol) << "key t " << t << " channel " << worst << ": " << gk[t * ld + worst]
+                            << " vs reference " << rk[t * ld + worst] << " (n " << n << ", row0 "
+                            << row0 << ")";
       }
-      // Values: one multiply-add of exact codes, the same rounding as the reference except
-      // for FMA contraction: within one rounding of |s·code| + |z|.
-      for (int c = 0; c < d; ++c) {
-        const float a = gv[t * ld + c], b = rv[t * ld + c];
-        ASSERT_NEAR(a, b, 2e-7f * (std::fabs(b) + 4.0f)) << "value t " << t << " c " << c;
-      }
-      // Keys: decode (one rounding) then a rotation with float cos/sin from the table vs
-      // double-computed ones (a few roundings each): |error| <= 8·2^-24·(|k_a| + |k_b|) per
-      // output, bounded here with the row's max |k|.
-      float kmax = 0;
-      for (int c = 0; c < d; ++c) kmax = std::max(kmax, std::fabs(rk[t * ld + c]));
-      const float tol = 8.0f * std::ldexp(1.0f, -24) * 2.0f * (kmax + 1.0f);
-      int worst = 0;
-      float err = 0;
-      for (int c = 0; c < d; ++c) {
-        const float e = std::fabs(gk[t * ld + c] - rk[t * ld + c]);
-        if (e > err) err = e, worst = c;
-      }
-      ASSERT_LE(err, tol) << "key t " << t << " channel " << worst << ": " << gk[t * ld + worst]
-                          << " vs reference " << rk[t * ld + worst] << " (n " << n << ")";
     }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -155,7 +159,8 @@ TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
 // calls it stands for, bit for bit: qwin_keys then qk_scores_f32 — and against keys decoded
 // by the scalar reference and dotted in double. INT2 and INT4 keys, both RoPE styles, head
 // dims of 1..8 vectors, windows of 1..64 tokens (partial 8-token folds), partial windows,
-// 1..16 query heads, a misaligned window, score rows with a stride and sentinels after them.
+// 1..16 query heads, a misaligned window, score rows with a stride and sentinels after them,
+// rotations starting at table row 0 and at the last rows of the first level.
 // Layouts it does not take are reported unsupported, and the engine's own (head_dim 64,
 // 8-token windows) are taken on any x86-64 with AVX2.
 TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
@@ -189,36 +194,40 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
             std::vector<uint8_t> win(L.window_bytes() + 3);
             quantize_window(L, k.data(), v.data(), W, win.data() + 3);
             const uint8_t* w = win.data() + 3;
-            for (int n : {W, W / 2 + 1, 1}) {
-              const int64_t ldq = d + 1, lds = n + 2;
-              std::vector<float> q(size_t(g) * ldq);
-              for (auto& x : q) x = dist(rng);
-              const float scale = 0.125f;
-              std::vector<float> got(size_t(g) * lds, kSentinel), two(got.size(), kSentinel);
-              qwin_scores(L, w, 1, n, rope, q.data(), ldq, g, scale, got.data(), lds);
-              std::vector<float> kd(size_t(n) * d), kr(size_t(n) * d);
-              qwin_keys(L, w, 1, n, rope, kd.data(), d);
-              qk_scores_f32(q.data(), ldq, g, kd.data(), d, n, d, scale, two.data(), lds);
-              ref::qwin_keys(L, w, 1, n, rp, kr.data(), d);
-              for (int j = 0; j < g; ++j) {
-                for (int64_t t = n; t < lds; ++t) ASSERT_EQ(got[j * lds + t], kSentinel);
-                for (int t = 0; t < n; ++t) {
-                  ASSERT_EQ(got[j * lds + t], two[j * lds + t])
-                      << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n
-                      << " head " << j << " token " << t << " style " << int(style);
-                  double dot = 0.0, mag = 0.0;
-                  for (int c = 0; c < d; ++c) {
-                    dot += double(q[j * ldq + c]) * kr[t * d + c];
-                    mag += std::fabs(double(q[j * ldq + c]) * kr[t * d + c]);
+            // row0: the in-window rotation, and the last rows of the table's first level.
+            for (int row0 : {0, RopeTable::kLevelRows - W})
+              for (int n : {W, W / 2 + 1, 1}) {
+                const int64_t ldq = d + 1, lds = n + 2;
+                std::vector<float> q(size_t(g) * ldq);
+                for (auto& x : q) x = dist(rng);
+                const float scale = 0.125f;
+                std::vector<float> got(size_t(g) * lds, kSentinel), two(got.size(), kSentinel);
+                qwin_scores(L, w, 1, n, rope, row0, q.data(), ldq, g, scale, got.data(), lds);
+                std::vector<float> kd(size_t(n) * d), kr(size_t(n) * d);
+                qwin_keys(L, w, 1, n, rope, row0, kd.data(), d);
+                qk_scores_f32(q.data(), ldq, g, kd.data(), d, n, d, scale, two.data(), lds);
+                ref::qwin_keys(L, w, 1, n, rp, row0, kr.data(), d);
+                for (int j = 0; j < g; ++j) {
+                  for (int64_t t = n; t < lds; ++t) ASSERT_EQ(got[j * lds + t], kSentinel);
+                  for (int t = 0; t < n; ++t) {
+                    ASSERT_EQ(got[j * lds + t], two[j * lds + t])
+                        << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n
+                        << " head " << j << " token " << t << " style " << int(style) << " row0 "
+                        << row0;
+                    double dot = 0.0, mag = 0.0;
+                    for (int c = 0; c < d; ++c) {
+                      dot += double(q[j * ldq + c]) * kr[t * d + c];
+                      mag += std::fabs(double(q[j * ldq + c]) * kr[t * d + c]);
+                    }
+                    // Keys within a few roundings of the reference (LowbitDecode), then d
+                    // products summed in another order.
+                    ASSERT_NEAR(got[j * lds + t], scale * dot,
+                                scale * (d + 16) * 6e-8 * (mag + 1.0))
+                        << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n;
                   }
-                  // Keys within a few roundings of the reference (LowbitDecode), then d
-                  // products summed in another order.
-                  ASSERT_NEAR(got[j * lds + t], scale * dot, scale * (d + 16) * 6e-8 * (mag + 1.0))
-                      << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n;
                 }
+                ++checked;
               }
-              ++checked;
-            }
           }
   EXPECT_GT(checked, 100);
 }

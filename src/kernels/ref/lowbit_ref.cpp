@@ -6,12 +6,12 @@
 namespace qevict::ref {
 
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeParams& p,
-               float* k, int64_t ldk) {
+               int64_t row0, float* k, int64_t ldk) {
   const int d = L.head_dim;
   std::vector<float> kp(size_t(n) * d), c(size_t(p.n_rot / 2 + 1)), s(c.size());
   dequantize_window_head(L, win, h, n, kp.data(), nullptr);
   for (int t = 0; t < n; ++t) {
-    rope_cos_sin(p, t, c.data(), s.data());
+    rope_cos_sin(p, row0 + t, c.data(), s.data());
     rope_apply(p, c.data(), s.data(), kp.data() + size_t(t) * d, 1, d, d);
     for (int j = 0; j < d; ++j) k[t * ldk + j] = kp[size_t(t) * d + j];
   }

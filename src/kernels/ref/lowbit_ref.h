@@ -10,9 +10,10 @@
 
 namespace qevict::ref {
 
-// Keys of tokens [0, n) decoded and rotated by R(t) (t = offset in the window): f32 [n][ldk].
+// Keys of tokens [0, n) decoded and rotated by R(row0 + t) (t = offset in the window):
+// f32 [n][ldk].
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeParams& p,
-               float* k, int64_t ldk);
+               int64_t row0, float* k, int64_t ldk);
 // Values of tokens [0, n): f32 [n][ldv].
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv);
 // out[j][c] += Σ_{t<n} p[j·ldp + t]·v_t[c], j < g: decoded values, summed in double.

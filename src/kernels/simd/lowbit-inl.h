@@ -61,45 +61,58 @@ HWY_INLINE void WithUpTo8(int k, F&& f) {
   }
 }
 
-// Unpacks the N codes of channels [c0, c0 + N) of a packed row (c0 a multiple of N).
+// Unpacks the N codes of channels [c0, c0 + N) of a packed row (c0 a multiple of N), codes
+// of kBits bits. The width is a constant, so the hot loops carry no test of it.
+template <int kBits>
 struct CodeUnpacker {
+  static constexpr int kBytes = static_cast<int>(hl::MaxLanes(LbTag())) * kBits / 8;
+  static_assert(kBytes == 0 || kBytes == 1 || kBytes == 2 || kBytes == 4 || kBytes == 8,
+                "lanes x bits");
   LbTag df;
   hl::RebindToUnsigned<LbTag> du;
-  int bits, nbytes;
   hl::Vec<hl::RebindToUnsigned<LbTag>> shift, mask;
   hl::Mask<hl::RebindToUnsigned<LbTag>> hi;  // lanes whose code is in the second 32 bits
-  explicit CodeUnpacker(int b) : bits(b) {
-    const int N = static_cast<int>(hl::Lanes(df));
-    nbytes = N * bits / 8;
-    const auto bitpos = hl::Mul(hl::Iota(du, 0), hl::Set(du, uint32_t(bits)));
+  CodeUnpacker() {
+    const auto bitpos = hl::Mul(hl::Iota(du, 0), hl::Set(du, uint32_t(kBits)));
     shift = hl::And(bitpos, hl::Set(du, 31u));
     const hl::RebindToSigned<LbTag> di;  // (unsigned compares are not on every target)
     hi = hl::RebindMask(du, hl::Gt(hl::BitCast(di, bitpos), hl::Set(di, 31)));
-    mask = hl::Set(du, (1u << bits) - 1);
+    mask = hl::Set(du, (1u << kBits) - 1);
   }
   HWY_INLINE hl::Vec<LbTag> operator()(const uint8_t* row, int c0) const {
     // One plain load of the exact width: a memcpy of a run-time size is a libc call whose
     // partial stores the 64-bit reload then waits on (store forwarding fails).
-    const uint8_t* src = row + c0 * bits / 8;
+    const uint8_t* src = row + c0 * kBits / 8;
     uint64_t w;
-    if (nbytes == 4) {
+    if constexpr (kBytes == 4) {
       uint32_t x;
       std::memcpy(&x, src, 4);
       w = x;
-    } else if (nbytes == 8) {
+    } else if constexpr (kBytes == 8) {
       std::memcpy(&w, src, 8);
-    } else if (nbytes == 2) {
+    } else if constexpr (kBytes == 2) {
       uint16_t x;
       std::memcpy(&x, src, 2);
       w = x;
-    } else {
-      w = src[0];
+    } else {  // one byte or part of one (targets of 1 or 2 lanes: c0 need not start it)
+      w = src[0] >> ((c0 * kBits) & 7);
     }
     auto v = hl::Set(du, uint32_t(w));
-    if (nbytes > 4) v = hl::IfThenElse(hi, hl::Set(du, uint32_t(w >> 32)), v);
+    if constexpr (kBytes > 4) v = hl::IfThenElse(hi, hl::Set(du, uint32_t(w >> 32)), v);
     return hl::ConvertTo(df, hl::And(hl::Shr(v, shift), mask));
   }
 };
+
+// Calls f(std::integral_constant<int, B>()) with B = bits (2 or 4).
+template <class F>
+HWY_INLINE void WithBits(int bits, F&& f) {
+  if (bits == 2) {
+    f(std::integral_constant<int, 2>());
+  } else {
+    assert(bits == 4);
+    f(std::integral_constant<int, 4>());
+  }
+}
 
 HWY_INLINE float CodeAt(const uint8_t* row, int c, int bits) {
   const int per = 8 / bits;
@@ -141,11 +154,11 @@ inline void RopeRows(const RopeParams& p, int d, const float* cosx, const float*
 }
 
 inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
-                     float* k, int64_t ldk) {
+                     int row0, float* k, int64_t ldk) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
   const int d = L.head_dim, bits = L.kb();
-  assert(rope.head_dim() == d && d <= 1024 && L.window <= rope.limit());
+  assert(rope.head_dim() == d && d <= 1024 && row0 >= 0 && row0 + L.window <= rope.limit());
   const size_t row_bytes = L.k_row_bytes();
   const uint8_t* ks = win + L.k_scale_off(h);  // any alignment: LoadU/memcpy
   const uint8_t* kz = win + L.k_zero_off(h);
@@ -164,40 +177,44 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
     for (; c < d; ++c)
       s[c] = f16_to_f32(load_f16_bits(ks, c)), z[c] = f16_to_f32(load_f16_bits(kz, c));
   }
-  const CodeUnpacker unpack(bits);
   const RopeParams& rp = rope.params();
   const int dv = d / N * N;
   const bool fused = rp.style == RopeStyle::kNormal && N >= 2;
-  for (int t = 0; t < n; ++t) {
-    const uint8_t* row = win + L.k_codes_off(h) + size_t(t) * row_bytes;
-    const float* cx = rope.cosx_row(t);
-    const float* sx = rope.sinx_row(t);
-    if (t >= RopeTable::kLevelRows) {  // windows longer than one level (ω > 256): compose
-      rope.expanded(t, cwide, swide);
-      cx = cwide;
-      sx = swide;
-    }
-    float* out = k + t * ldk;
-    if (fused) {
-      // Decode and rotate in registers: the pair partner is the adjacent lane.
-      for (int c = 0; c < dv; c += N) {
-        const auto v = hl::MulAdd(unpack(row, c), hl::Load(df, s + c), hl::Load(df, z + c));
-        hl::StoreU(hl::MulAdd(hl::Reverse2(df, v), hl::LoadU(df, sx + c),
-                              hl::Mul(v, hl::LoadU(df, cx + c))),
-                   df, out + c);
+  WithBits(bits, [&](auto kb) {
+    const CodeUnpacker<decltype(kb)::value> unpack;
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* row = win + L.k_codes_off(h) + size_t(t) * row_bytes;
+      const int r = row0 + t;
+      const float* cx = rope.cosx_row(r);
+      const float* sx = rope.sinx_row(r);
+      if (r >= RopeTable::kLevelRows) {  // past the first level (ω > 256, or row0 + t): compose
+        rope.expanded(r, cwide, swide);
+        cx = cwide;
+        sx = swide;
       }
+      float* out = k + t * ldk;
+      if (fused) {
+        // Decode and rotate in registers: the pair partner is the adjacent lane.
+        for (int c = 0; c < dv; c += N) {
+          const auto v = hl::MulAdd(unpack(row, c), hl::Load(df, s + c), hl::Load(df, z + c));
+          hl::StoreU(hl::MulAdd(hl::Reverse2(df, v), hl::LoadU(df, sx + c),
+                                hl::Mul(v, hl::LoadU(df, cx + c))),
+                     df, out + c);
+        }
+        for (int c = dv; c < d; ++c) pre[c] = CodeAt(row, c, bits) * s[c] + z[c];
+        for (int c = dv; c < d; c += 2) {  // dv and d are even (d fills whole bytes, N even)
+          out[c] = pre[c] * cx[c] + pre[c + 1] * sx[c];
+          out[c + 1] = pre[c + 1] * cx[c + 1] + pre[c] * sx[c + 1];
+        }
+        continue;
+      }
+      for (int c = 0; c < dv; c += N)
+        hl::Store(hl::MulAdd(unpack(row, c), hl::Load(df, s + c), hl::Load(df, z + c)), df,
+                  pre + c);
       for (int c = dv; c < d; ++c) pre[c] = CodeAt(row, c, bits) * s[c] + z[c];
-      for (int c = dv; c < d; c += 2) {  // dv and d are even (d fills whole bytes, N even)
-        out[c] = pre[c] * cx[c] + pre[c + 1] * sx[c];
-        out[c + 1] = pre[c + 1] * cx[c + 1] + pre[c] * sx[c + 1];
-      }
-      continue;
+      RotateRow(rp, d, cx, sx, false, pre, out);
     }
-    for (int c = 0; c < dv; c += N)
-      hl::Store(hl::MulAdd(unpack(row, c), hl::Load(df, s + c), hl::Load(df, z + c)), df, pre + c);
-    for (int c = dv; c < d; ++c) pre[c] = CodeAt(row, c, bits) * s[c] + z[c];
-    RotateRow(rp, d, cx, sx, false, pre, out);
-  }
+  });
 }
 
 // Scores straight from the codes (lowbit.h qwin_scores): QwinKeys' decode and rotation and
@@ -215,14 +232,13 @@ inline bool QwinScoresSupported(const QuantLayout& L, const RopeTable& rope, int
 }
 
 #if HWY_TARGET != HWY_SCALAR
-template <int DV>
+template <int DV, int KB>
 HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, int n,
-                             const RopeTable& rope, const float* q, int64_t ldq, int g, float scale,
-                             float* scores, int64_t lds) {
+                             const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
+                             float scale, float* scores, int64_t lds) {
   constexpr int T = 8;
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
-  const int bits = L.kb();
   const size_t row_bytes = L.k_row_bytes();
   const uint8_t* ks = win + L.k_scale_off(h);
   const uint8_t* kz = win + L.k_zero_off(h);
@@ -232,7 +248,7 @@ HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, in
     sv[k] = hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(ks) + k * N));
     zv[k] = hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(kz) + k * N));
   }
-  const CodeUnpacker unpack(bits);
+  const CodeUnpacker<KB> unpack;
   const bool neox = rope.params().style == RopeStyle::kNeox;
   HWY_ALIGN float accs[16 * T * 16];  // [head][token][lane]
   HWY_ALIGN float tmp[16] = {};       // (targets under 8 lanes never get here: supported says no)
@@ -245,8 +261,8 @@ HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, in
       }
       const int tw = j0 + t;  // offset in the window
       const uint8_t* row = win + L.k_codes_off(h) + size_t(tw) * row_bytes;
-      const float* cx = rope.cosx_row(tw);
-      const float* sx = rope.sinx_row(tw);
+      const float* cx = rope.cosx_row(row0 + tw);
+      const float* sx = rope.sinx_row(row0 + tw);
       hl::Vec<LbTag> kv[DV];
       if (!neox) {
         for (int k = 0; k < DV; ++k) {
@@ -288,16 +304,20 @@ HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, in
 #endif  // HWY_TARGET != HWY_SCALAR
 
 inline void QwinScores(const QuantLayout& L, const uint8_t* win, int h, int n,
-                       const RopeTable& rope, const float* q, int64_t ldq, int g, float scale,
-                       float* scores, int64_t lds) {
-  assert(QwinScoresSupported(L, rope, g));
+                       const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
+                       float scale, float* scores, int64_t lds) {
+  assert(QwinScoresSupported(L, rope, g) && row0 >= 0 && row0 + n <= RopeTable::kLevelRows);
 #if HWY_TARGET != HWY_SCALAR
   const LbTag df;
   WithUpTo8(L.head_dim / static_cast<int>(hl::Lanes(df)), [&](auto dv) {
-    QwinScoresDv<decltype(dv)::value>(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+    WithBits(L.kb(), [&](auto kb) {
+      QwinScoresDv<decltype(dv)::value, decltype(kb)::value>(L, win, h, n, rope, row0, q, ldq, g,
+                                                             scale, scores, lds);
+    });
   });
 #else
-  (void)L, (void)win, (void)h, (void)n, (void)rope, (void)q, (void)ldq, (void)g, (void)scale;
+  (void)L, (void)win, (void)h, (void)n, (void)rope, (void)row0, (void)q, (void)ldq, (void)g,
+      (void)scale;
   (void)scores, (void)lds;
 #endif
 }
@@ -310,22 +330,24 @@ inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, f
   const size_t row_bytes = L.v_row_bytes();
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
-  const CodeUnpacker unpack(bits);
-  for (int t = 0; t < n; ++t) {
-    const uint8_t* row = win + L.v_codes_off(h) + size_t(t) * row_bytes;
-    float* out = v + t * ldv;
-    for (int gi = 0; gi < ng; ++gi) {
-      const size_t pi = size_t(t) * ng + gi;
-      const float s = f16_to_f32(load_f16_bits(vs, pi)), z = f16_to_f32(load_f16_bits(vz, pi));
-      const int c0 = gi * g, c1 = c0 + g;
-      int c = c0;
-      if (c0 % N == 0) {
-        const auto vsc = hl::Set(df, s), vze = hl::Set(df, z);
-        for (; c + N <= c1; c += N) hl::StoreU(hl::MulAdd(unpack(row, c), vsc, vze), df, out + c);
+  WithBits(bits, [&](auto vb) {
+    const CodeUnpacker<decltype(vb)::value> unpack;
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* row = win + L.v_codes_off(h) + size_t(t) * row_bytes;
+      float* out = v + t * ldv;
+      for (int gi = 0; gi < ng; ++gi) {
+        const size_t pi = size_t(t) * ng + gi;
+        const float s = f16_to_f32(load_f16_bits(vs, pi)), z = f16_to_f32(load_f16_bits(vz, pi));
+        const int c0 = gi * g, c1 = c0 + g;
+        int c = c0;
+        if (c0 % N == 0) {
+          const auto vsc = hl::Set(df, s), vze = hl::Set(df, z);
+          for (; c + N <= c1; c += N) hl::StoreU(hl::MulAdd(unpack(row, c), vsc, vze), df, out + c);
+        }
+        for (; c < c1; ++c) out[c] = CodeAt(row, c, bits) * s + z;
       }
-      for (; c < c1; ++c) out[c] = CodeAt(row, c, bits) * s + z;
     }
-  }
+  });
 }
 
 // out[j][c] += Σ_t p[j][t]·v_t[c] straight from the codes: v_t[c] = s_t·code + z_t per
@@ -342,10 +364,10 @@ inline bool QwinPvSupported(const QuantLayout& L, int g) {
 // QwinPv's work on one value group gi (channels [c0, c1)) for G query heads: the weights
 // w[j][t] = p_jt·s_t and zsum[j] = Σ_t p_jt·z_t in token order (G independent chains in
 // registers), then G vector accumulators, from zsum, across the tokens.
-template <int G>
-HWY_INLINE void QwinPvGroup(const CodeUnpacker& unpack, const uint8_t* codes, size_t row_bytes,
-                            int n, const float* p, int64_t ldp, const float* sf, const float* zf,
-                            int ng, int gi, int c0, int c1, float* out, int64_t ldo) {
+template <int G, class Unpacker>
+HWY_INLINE void QwinPvGroup(const Unpacker& unpack, const uint8_t* codes, size_t row_bytes, int n,
+                            const float* p, int64_t ldp, const float* sf, const float* zf, int ng,
+                            int gi, int c0, int c1, float* out, int64_t ldo) {
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
   HWY_ALIGN float w[G * 64];
@@ -384,7 +406,6 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
   const uint8_t* codes = win + L.v_codes_off(h);
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
-  const CodeUnpacker unpack(bits);
   // The window's value scales and zeros as floats, [t][gi], by vector F16C conversion; a
   // tail shorter than a vector (an 8-token window's 8 scales) through a zero-padded copy.
   HWY_ALIGN float sf[64 * 64 + 16], zf[64 * 64 + 16];
@@ -408,13 +429,16 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
                 zf + i);
     }
   }
-  for (int gi = 0; gi < ng; ++gi) {
-    const int c0 = gi * gs, c1 = c0 + gs;
+  WithBits(bits, [&](auto vb) {
+    const CodeUnpacker<decltype(vb)::value> unpack;
     WithUpTo8(g, [&](auto gc) {
-      QwinPvGroup<decltype(gc)::value>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0, c1,
-                                       out, ldo);
+      for (int gi = 0; gi < ng; ++gi) {
+        const int c0 = gi * gs, c1 = c0 + gs;
+        QwinPvGroup<decltype(gc)::value>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0,
+                                         c1, out, ldo);
+      }
     });
-  }
+  });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -20,8 +20,8 @@ HWY_EXPORT(QwinScores);
 HWY_EXPORT(QwinScoresSupported);
 
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
-               float* k, int64_t ldk) {
-  HWY_DYNAMIC_DISPATCH(QwinKeys)(L, win, h, n, rope, k, ldk);
+               int row0, float* k, int64_t ldk) {
+  HWY_DYNAMIC_DISPATCH(QwinKeys)(L, win, h, n, rope, row0, k, ldk);
 }
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv) {
   HWY_DYNAMIC_DISPATCH(QwinValues)(L, win, h, n, v, ldv);
@@ -30,8 +30,9 @@ bool qwin_scores_supported(const QuantLayout& L, const RopeTable& rope, int g) {
   return HWY_DYNAMIC_DISPATCH(QwinScoresSupported)(L, rope, g);
 }
 void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
-                 const float* q, int64_t ldq, int g, float scale, float* scores, int64_t lds) {
-  HWY_DYNAMIC_DISPATCH(QwinScores)(L, win, h, n, rope, q, ldq, g, scale, scores, lds);
+                 int row0, const float* q, int64_t ldq, int g, float scale, float* scores,
+                 int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(QwinScores)(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
 }
 bool qwin_pv_supported(const QuantLayout& L, int g) {
   return HWY_DYNAMIC_DISPATCH(QwinPvSupported)(L, g);
