@@ -253,7 +253,7 @@ TEST(FusedAttentionMulti, RunOver16BitBlocksEqualsSingleQueries) {
 // and a prompt's worth in the middle: more than one group of 16, tokens past every query,
 // chunks that start after some queries.
 TEST(AttendBlocks, TokenMassesMatchDirectSoftmaxAndDoNotDependOnThreads) {
-  for (const auto [n_q, qpos0] : {std::pair<int64_t, int64_t>{6, 1094}, {40, 500}}) {
+  for (const auto& [n_q, qpos0] : {std::pair<int64_t, int64_t>{6, 1094}, {40, 500}}) {
     const int H = 2, g = 3, d = 16;
     const int64_t n = 1100;
     std::mt19937 rng(11);
