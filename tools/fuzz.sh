@@ -4,7 +4,8 @@
 # ASan+UBSan, one after the other. Exits non-zero on any crash, sanitizer report, leak, timeout
 # (> 1 s per input) or out-of-memory (> 2 GiB), and prints each target's execution count.
 # New inputs go to a scratch directory (QEVICT_FUZZ_WORK, default a temp dir), never into the
-# committed corpus; crashing inputs are written there as crash-*/timeout-*/leak-*/oom-*.
+# committed corpus; crashing inputs are written there as crash-*/timeout-*/leak-*/oom-*. A temp
+# dir of its own is removed when every target passes, kept when one fails.
 # Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,5 +47,10 @@ for t in "${targets[@]}"; do
     echo "[fuzz.sh] $t: ok, ${execs:-?} executions in ${secs} s (${rate:-?}/s)"
   fi
 done
-echo "[fuzz.sh] total $(( $(date +%s) - t0 )) s; scratch dir $work"
+if [ "$failed" -eq 0 ] && [ -z "${QEVICT_FUZZ_WORK:-}" ]; then
+  rm -rf "$work"  # a temp dir of our own and nothing found: nothing to keep
+  echo "[fuzz.sh] total $(( $(date +%s) - t0 )) s"
+else
+  echo "[fuzz.sh] total $(( $(date +%s) - t0 )) s; scratch dir $work (kept)"
+fi
 exit "$failed"
