@@ -344,7 +344,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{3, 40, 4, HalfType::kBF16, 65530},
                       Shape{2, 72, 2, HalfType::kF16, 1 << 20},
                       Shape{3, 64, 4, HalfType::kF16, 0, 2},  // 4-bit keys, 2-bit values
-                      Shape{7, 40, 2, HalfType::kBF16, 65530, 4}));
+                      Shape{7, 40, 2, HalfType::kBF16, 65530, 4},
+                      // Windows scored from their codes with one across a 256-position
+                      // boundary (pos0 255: the query takes R(lo)ᵀ, the keys rows t) and the
+                      // rest within one (the keys take rows lo + t).
+                      Shape{3, 64, 2, HalfType::kF16, 250},
+                      Shape{3, 64, 4, HalfType::kF16, 65530, 2}));
 
 // The fixed-size table composes cos/sin from base-256 digits; each level adds at most a few
 // float roundings to the directly computed (double) values: |error| <= 4·levels·2^-24 with
