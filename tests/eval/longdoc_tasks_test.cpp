@@ -50,9 +50,14 @@ struct CodeDir {
 
 RulerResources prose() {
   RulerResources r;
-  for (int i = 0; i < 5000; ++i)
-    r.essay_words.push_back(i % 97 == 50 ? ":term" + std::to_string(i) + ":"
-                                         : "w" + std::to_string(i));
+  for (int i = 0; i < 5000; ++i) {
+    // Appended, not `":term" + std::to_string(i)`: GCC 12 warns (-Wrestrict, a false
+    // positive) on operator+(const char*, string&&).
+    std::string w = i % 97 == 50 ? ":term" : "w";
+    w += std::to_string(i);
+    if (i % 97 == 50) w += ':';
+    r.essay_words.push_back(std::move(w));
+  }
   return r;
 }
 
