@@ -23,12 +23,18 @@ void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const Rop
 
 // scores[j·lds + t] = scale · q_j · (R(row0 + t)·k_t) for the g query heads j (rows of q,
 // already rotated by R(p0 - row0)ᵀ) and tokens t < n of KV head h's keys, straight from the
-// codes: bit for bit qwin_keys followed by qk_scores_f32, without writing the decoded keys.
+// codes: bit for bit qwin_keys followed by qk_scores_f32 (INT4 keys: see
+// qwin_scores_by_nibbles), without writing the decoded keys.
 // Needs qwin_scores_supported(L, rope, g) (SIMD width >= 8 dividing head_dim, head_dim <= 8
 // vectors, g <= 16, windows within one RoPE table level, NeoX only with full rotation) and
 // 0 <= row0, row0 + n <= RopeTable::kLevelRows (the rows come from the table's first level);
 // otherwise decode with qwin_keys and score with qk_scores_f32.
 bool qwin_scores_supported(const QuantLayout& L, const RopeTable& rope, int g);
+// Whether qwin_scores takes its INT4 path, lanes in nibble order (simd/lowbit-inl.h: INT4
+// keys, rope.has_pair_rows(), head_dim a multiple of two vectors, of four for kNeox): the
+// same rotated keys, the channels summed in another order than qk_scores_f32 — a few ulps
+// of Σ|q·k| from qwin_keys + qk_scores_f32 instead of bit for bit.
+bool qwin_scores_by_nibbles(const QuantLayout& L, const RopeTable& rope);
 void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                  int row0, const float* q, int64_t ldq, int g, float scale, float* scores,
                  int64_t lds);

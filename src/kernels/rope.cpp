@@ -81,6 +81,25 @@ RopeTable::RopeTable(const RopeParams& p, int head_dim, int64_t n_pos) : p_(p), 
       }
     }
   }
+  const int h2 = d_ / 2;
+  const bool normal_pairs = p_.style == RopeStyle::kNormal && d_ % 2 == 0;
+  const bool neox_pairs = p_.style == RopeStyle::kNeox && p_.n_rot == d_ && d_ % 4 == 0;
+  if (h2 > 0 && (normal_pairs || neox_pairs)) {
+    pair_cos_.resize(size_t(kLevelRows) * h2);
+    pair_sin_.resize(size_t(kLevelRows) * h2);
+    for (int r = 0; r < kLevelRows; ++r)
+      for (int s = 0; s < h2; ++s) {
+        // The pair's two channels: kNormal (2s, 2s + 1); kNeox pair f = 2s, or 2(s − d/4) + 1
+        // for the second half of the slots, at (f, f + d/2).
+        int first = 2 * s, second = 2 * s + 1;
+        if (neox_pairs) {
+          const int f = s < d_ / 4 ? 2 * s : 2 * (s - d_ / 4) + 1;
+          first = f, second = f + h2;
+        }
+        pair_cos_[size_t(r) * h2 + s] = cos_[size_t(r) * d_ + first];
+        pair_sin_[size_t(r) * h2 + s] = sin_[size_t(r) * d_ + second];
+      }
+  }
 }
 
 void RopeTable::expanded(int64_t pos, float* cosx, float* sinx) const {

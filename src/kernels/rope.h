@@ -67,11 +67,24 @@ class RopeTable {
   // Expanded rows of the first level, positions [0, 256): in-window offsets.
   const float* cosx_row(int64_t t) const { return cos_.data() + size_t(t) * d_; }
   const float* sinx_row(int64_t t) const { return sin_.data() + size_t(t) * d_; }
+  // First-level rows by channel pair, for kernels that hold the two channels of a pair in
+  // two vectors (simd/lowbit-inl.h: INT4 key codes, a byte of which is channels 2i, 2i + 1):
+  // f32 [head_dim / 2] each, the cos of every pair and the sin its second channel takes
+  // (+sin), the expanded rows' own values, pairs in "nibble order": kNormal pair i (channels
+  // 2i, 2i + 1) at i; kNeox the even pairs (channels 2i, 2i + d/2) first, then the odd ones.
+  // Present (has_pair_rows) for kNormal with an even head_dim and for kNeox with full
+  // rotation and head_dim % 4 == 0.
+  bool has_pair_rows() const { return !pair_cos_.empty(); }
+  const float* pair_cos_row(int64_t t) const { return pair_cos_.data() + size_t(t) * (d_ / 2); }
+  const float* pair_sin_row(int64_t t) const { return pair_sin_.data() + size_t(t) * (d_ / 2); }
   // Expanded cos/sin of pos, f32 [head_dim] each (pos < limit()).
   void expanded(int64_t pos, float* cosx, float* sinx) const;
   // Plain cos/sin of pos, f32 [n_rot/2] each, as rope_cos_sin gives them (for rope_apply).
   void cos_sin(int64_t pos, float* cos_out, float* sin_out) const;
-  size_t bytes() const { return (cos_.capacity() + sin_.capacity()) * sizeof(float); }
+  size_t bytes() const {
+    return (cos_.capacity() + sin_.capacity() + pair_cos_.capacity() + pair_sin_.capacity()) *
+           sizeof(float);
+  }
 
  private:
   RopeParams p_;
@@ -79,6 +92,7 @@ class RopeTable {
   int levels_ = 0;
   int top_rows_ = 0;              // rows of the top level: ceil(n_pos / 256^(levels-1)), or 256
   std::vector<float> cos_, sin_;  // f32 [levels][256][head_dim], expanded
+  std::vector<float> pair_cos_, pair_sin_;  // f32 [256][head_dim / 2], nibble order
 };
 
 }  // namespace qevict

@@ -14,7 +14,8 @@
 namespace qevict {
 
 // Per cache, the fixed RoPE table when the cache has a low-bit tier (levels × 256 rows ×
-// head_dim × cos and sin, f32: 2 levels below 65,536 positions = 256 KiB for head_dim 64) and
+// head_dim × cos and sin, f32: 2 levels below 65,536 positions = 256 KiB for head_dim 64,
+// and the first level again by channel pairs for the INT4 key scorer, 64 KiB) and
 // the object itself (16 KiB); per layer, at most one partly used pool chunk per tier (a chunk
 // is ~1/64 of a layer's budget, at least one window, at most SlotPool::kChunkBytes: pools give
 // memory back by whole chunks) and the entries of the windows the budget can hold (K_f + K_q +
@@ -28,7 +29,7 @@ inline size_t pool_chunks_bytes(const KvBudget& b) {
 inline size_t bytes_held_constant(const KvShape& s, const KvBudget& b) {
   const size_t kept = size_t(b.capacity_full + b.capacity_quant + b.local_windows + 512 / 8 + 2);
   const size_t rope_bytes =
-      b.capacity_quant > 0 ? size_t(2) * 256 * s.head_dim * 2 * sizeof(float) : 0;
+      b.capacity_quant > 0 ? size_t(2 * 2 + 1) * 256 * s.head_dim * sizeof(float) : 0;
   return rope_bytes + size_t(16 << 10) +
          size_t(s.n_layers) * (pool_chunks_bytes(b) + kept * 2 * sizeof(WindowStore::Window)) +
          kept * 200;

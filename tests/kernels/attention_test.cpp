@@ -395,13 +395,58 @@ TEST(RopeTable, ComposedMatchesDirectComputationAndInverts) {
       for (int i = 0; i < 64; ++i)
         ASSERT_NEAR(y[i], x[i], 1e-6 * (std::fabs(x[i]) + 1.0)) << "pos " << pos;
     }
-    // Two whole levels and the 16 top rows that positions below 2^20 use.
-    EXPECT_EQ(t.bytes(), size_t(2 * 256 + 16) * 72 * 2 * sizeof(float));
+    // Two whole levels and the 16 top rows that positions below 2^20 use, and the first
+    // level by pairs (kNormal; kNeox has them with full rotation only).
+    const size_t pairs72 = style == RopeStyle::kNormal ? size_t(256) * 36 * 2 * sizeof(float) : 0;
+    EXPECT_EQ(t.has_pair_rows(), style == RopeStyle::kNormal);
+    EXPECT_EQ(t.bytes(), size_t(2 * 256 + 16) * 72 * 2 * sizeof(float) + pairs72);
     EXPECT_EQ(t.limit(), n_pos);
-    const RopeTable small(rp, 64, 2048);  // a 2K context: two levels, 8 top rows
+    const RopeTable small(rp, 64, 2048);  // a 2K context: two levels, 8 top rows, pair rows
     EXPECT_EQ(small.limit(), 2048);
-    EXPECT_EQ(small.bytes(), size_t(256 + 8) * 64 * 2 * sizeof(float));
+    EXPECT_TRUE(small.has_pair_rows());
+    EXPECT_EQ(small.bytes(), size_t(256 + 8) * 64 * 2 * sizeof(float) + size_t(256) * 32 * 2 * 4);
   }
+}
+
+// The pair rows (the INT4 key scorer's RoPE) are the expanded first-level rows' own values:
+// for the pair in slot s, the cos of its first channel and the sinx (+sin) of its second;
+// kNormal slot s = pair (2s, 2s + 1), kNeox the even pairs f = 2s (channels f, f + d/2) in
+// the first d/4 slots, then the odd ones. Every pair once; none for kNeox's partial rotation
+// or an odd head_dim.
+TEST(RopeTable, PairRowsAreTheExpandedRowsByPair) {
+  for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox})
+    for (int d : {64, 16, 128, 12}) {
+      RopeParams rp;
+      rp.style = style;
+      rp.n_rot = d;
+      rp.freq_base = 10000.0f;
+      const RopeTable t(rp, d, 70000);
+      ASSERT_TRUE(t.has_pair_rows()) << d;
+      const int h2 = d / 2;
+      for (int r : {0, 1, 77, 255}) {
+        std::vector<int> seen(size_t(d), 0);
+        for (int s = 0; s < h2; ++s) {
+          int a = 2 * s, b = 2 * s + 1;
+          if (style == RopeStyle::kNeox) {
+            const int f = s < d / 4 ? 2 * s : 2 * (s - d / 4) + 1;
+            a = f, b = f + h2;
+          }
+          ++seen[a], ++seen[b];
+          ASSERT_EQ(t.pair_cos_row(r)[s], t.cosx_row(r)[a]) << d << " " << r << " " << s;
+          ASSERT_EQ(t.pair_cos_row(r)[s], t.cosx_row(r)[b]);
+          ASSERT_EQ(t.pair_sin_row(r)[s], t.sinx_row(r)[b]);
+          ASSERT_EQ(t.pair_sin_row(r)[s], -t.sinx_row(r)[a]);
+        }
+        for (int c = 0; c < d; ++c) ASSERT_EQ(seen[c], 1) << "channel " << c;
+      }
+    }
+  RopeParams partial;
+  partial.style = RopeStyle::kNeox;
+  partial.n_rot = 32;
+  EXPECT_FALSE(RopeTable(partial, 64, 1024).has_pair_rows());
+  RopeParams odd;
+  odd.n_rot = 6;
+  EXPECT_FALSE(RopeTable(odd, 7, 1024).has_pair_rows());
 }
 
 }  // namespace

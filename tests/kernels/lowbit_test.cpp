@@ -156,7 +156,8 @@ TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
 }
 
 // qwin_scores (scores straight from the key codes, the decode kernel's path) against the two
-// calls it stands for, bit for bit: qwin_keys then qk_scores_f32 — and against keys decoded
+// calls it stands for, bit for bit: qwin_keys then qk_scores_f32 (INT4 keys in nibble order:
+// within a few ulps of Σ|q·k|, the channels summed in another order) — and against keys decoded
 // by the scalar reference and dotted in double. INT2 and INT4 keys, both RoPE styles, head
 // dims of 1..8 vectors, windows of 1..64 tokens (partial 8-token folds), partial windows,
 // 1..16 query heads, a misaligned window, score rows with a stride and sentinels after them,
@@ -164,7 +165,7 @@ TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
 // Layouts it does not take are reported unsupported, and the engine's own (head_dim 64,
 // 8-token windows) are taken on any x86-64 with AVX2.
 TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
-  int checked = 0;
+  int checked = 0, nibble_checked = 0;
   for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox})
     for (int bits : {2, 4})
       for (int d : {16, 48, 64, 128, 40})
@@ -202,6 +203,7 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
                 for (auto& x : q) x = dist(rng);
                 const float scale = 0.125f;
                 std::vector<float> got(size_t(g) * lds, kSentinel), two(got.size(), kSentinel);
+                const bool nibbles = qwin_scores_by_nibbles(L, rope);
                 qwin_scores(L, w, 1, n, rope, row0, q.data(), ldq, g, scale, got.data(), lds);
                 std::vector<float> kd(size_t(n) * d), kr(size_t(n) * d);
                 qwin_keys(L, w, 1, n, rope, row0, kd.data(), d);
@@ -210,14 +212,23 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
                 for (int j = 0; j < g; ++j) {
                   for (int64_t t = n; t < lds; ++t) ASSERT_EQ(got[j * lds + t], kSentinel);
                   for (int t = 0; t < n; ++t) {
-                    ASSERT_EQ(got[j * lds + t], two[j * lds + t])
-                        << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n
-                        << " head " << j << " token " << t << " style " << int(style) << " row0 "
-                        << row0;
                     double dot = 0.0, mag = 0.0;
                     for (int c = 0; c < d; ++c) {
                       dot += double(q[j * ldq + c]) * kr[t * d + c];
                       mag += std::fabs(double(q[j * ldq + c]) * kr[t * d + c]);
+                    }
+                    // INT4 keys in nibble order (RopeTable pair rows, head_dim a multiple of
+                    // two vectors, of four for kNeox): the same rotated keys, the channels
+                    // summed in another order; else bit for bit.
+                    if (nibbles) {
+                      ++nibble_checked;
+                      ASSERT_NEAR(got[j * lds + t], two[j * lds + t], scale * d * 1.2e-7 * mag)
+                          << "bits " << bits << " d " << d << " W " << W << " g " << g;
+                    } else {
+                      ASSERT_EQ(got[j * lds + t], two[j * lds + t])
+                          << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n
+                          << " head " << j << " token " << t << " style " << int(style) << " row0 "
+                          << row0;
                     }
                     // Keys within a few roundings of the reference (LowbitDecode), then d
                     // products summed in another order.
@@ -230,6 +241,13 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
               }
           }
   EXPECT_GT(checked, 100);
+#if defined(__x86_64__)
+  // The engine's INT4 layout (head_dim 64) takes the nibble path on AVX2 and AVX-512, both
+  // RoPE styles.
+  if (__builtin_cpu_supports("avx2")) {
+    EXPECT_GT(nibble_checked, 1000);
+  }
+#endif
 }
 
 // rope_rows with the table's expanded rows against double angles, forward and inverse.

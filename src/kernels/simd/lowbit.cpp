@@ -18,6 +18,7 @@ HWY_EXPORT(QwinPv);
 HWY_EXPORT(QwinPvSupported);
 HWY_EXPORT(QwinScores);
 HWY_EXPORT(QwinScoresSupported);
+HWY_EXPORT(QwinScores4Supported);
 
 void qwin_keys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                int row0, float* k, int64_t ldk) {
@@ -28,6 +29,9 @@ void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* 
 }
 bool qwin_scores_supported(const QuantLayout& L, const RopeTable& rope, int g) {
   return HWY_DYNAMIC_DISPATCH(QwinScoresSupported)(L, rope, g);
+}
+bool qwin_scores_by_nibbles(const QuantLayout& L, const RopeTable& rope) {
+  return HWY_DYNAMIC_DISPATCH(QwinScores4Supported)(L, rope);
 }
 void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                  int row0, const float* q, int64_t ldq, int g, float scale, float* scores,
