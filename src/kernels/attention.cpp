@@ -69,9 +69,7 @@ struct Span {
   int n = 0;  // tokens
 };
 
-// Asks for KV head h's part of a low-bit window (one contiguous run, kv_quant.h) while the
-// current window is decoded: windows sit in pool slots in no particular order, so the
-// hardware prefetcher cannot guess the next one.
+// Asks for n bytes from a into L1 (a window's part, read a few windows later).
 inline void prefetch_range(const uint8_t* a, size_t n) {
   for (size_t i = 0; i < n; i += 64) __builtin_prefetch(a + i);
   __builtin_prefetch(a + n - 1);
@@ -84,34 +82,46 @@ inline void prefetch_values(const QuantLayout& L, const uint8_t* win, int h) {
 // Windows ahead of the one being read that are prefetched: far enough to hide a miss to
 // DRAM behind the work on the windows between, near enough not to flood the fill buffers.
 constexpr int kPrefetchAhead = 3;
-// Blocks looked past for them: full-tier blocks in between are skipped, not counted.
+// Blocks looked past for them (larger blocks in between are skipped, not counted).
 constexpr int kPrefetchScan = 32;
 
-// Keeps the next kPrefetchAhead low-bit windows after the one being read on their way into
-// the cache: KV head h's whole part of each (codes, scales and zeros of keys and values, one
-// contiguous run). Low-bit and full-tier windows interleave in position order and runs
-// split the list, so the windows ahead are found by scanning the block list, across runs,
-// not by index arithmetic (b + 3 may be a full-tier block, and a run's first windows
-// would never be asked for). Call touch(b) before reading low-bit window b, in order of b.
+// Keeps the next kPrefetchAhead windows after the one being read on their way into the
+// cache: of a low-bit window, KV head h's whole part (codes, scales and zeros of keys and
+// values, one contiguous run); of a full-tier window (16-bit rows, 1 KiB of keys and 1 KiB
+// of values per head at head_dim 64), its key and value rows. Windows of both tiers sit in
+// pool slots in no particular order, so the hardware prefetcher cannot guess the next one.
+// Low-bit and full-tier windows interleave in position order and runs split the list, so
+// the windows ahead are found by scanning the block list, across runs, not by index
+// arithmetic. Blocks larger than a window (the sinks, pages of newest tokens) are left to
+// the hardware prefetcher and not counted. Call touch(b) before reading block b (or a span
+// ending at b), in order of b.
 class WindowPrefetcher {
  public:
   WindowPrefetcher(const KvBlockRef* blocks, int n_blocks, const QuantLayout* L, int h)
       : blocks_(blocks), n_(n_blocks), L_(L), h_(h) {}
   void touch(int b) {
     if (!L_) return;
-    if (b < next_ && ahead_ > 0) --ahead_;  // b itself was one of those asked for
-    if (next_ <= b) next_ = b + 1, ahead_ = 0;
+    while (count_ > 0 && asked_[first_] <= b) first_ = (first_ + 1) % kPrefetchAhead, --count_;
+    if (next_ <= b) next_ = b + 1;
     const int lim = std::min(n_, b + 1 + kPrefetchScan);
-    for (; ahead_ < kPrefetchAhead && next_ < lim; ++next_) {
-      if (blocks_[next_].k) continue;
-      prefetch_range(blocks_[next_].qwin + L_->k_codes_off(h_), L_->head_bytes());
-      // KV head 0's walk also asks for the other heads' parts, into L2 only (prefetcht1):
-      // attend_blocks runs a segment's heads one after another on one thread, so heads 1..
-      // read the same windows next, from L2 (A/B at 8K, 0.2: +5 %, BENCHMARKS §2).
-      if (h_ == 0)
-        for (size_t i = L_->head_bytes(); i < L_->window_bytes(); i += 64)
-          __builtin_prefetch(blocks_[next_].qwin + i, 0, 2);
-      ++ahead_;
+    for (; count_ < kPrefetchAhead && next_ < lim; ++next_) {
+      const KvBlockRef& blk = blocks_[next_];
+      if (blk.k) {
+        if (blk.n > L_->window || blk.ld != L_->head_dim) continue;
+        const size_t bytes = sizeof(uint16_t) * size_t(blk.n) * size_t(blk.ld);
+        prefetch_range(reinterpret_cast<const uint8_t*>(blk.k), bytes);
+        prefetch_range(reinterpret_cast<const uint8_t*>(blk.v), bytes);
+      } else {
+        prefetch_range(blk.qwin + L_->k_codes_off(h_), L_->head_bytes());
+        // KV head 0's walk also asks for the other heads' parts, into L2 only (prefetcht1):
+        // attend_blocks runs a segment's heads one after another on one thread, so heads 1..
+        // read the same windows next, from L2 (A/B at 8K, 0.2: +5 %, BENCHMARKS §2).
+        if (h_ == 0)
+          for (size_t i = L_->head_bytes(); i < L_->window_bytes(); i += 64)
+            __builtin_prefetch(blk.qwin + i, 0, 2);
+      }
+      asked_[(first_ + count_) % kPrefetchAhead] = next_;
+      ++count_;
     }
   }
 
@@ -120,8 +130,9 @@ class WindowPrefetcher {
   int n_;
   const QuantLayout* L_;
   int h_;
-  int next_ = 0;   // blocks before next_ have been looked at
-  int ahead_ = 0;  // low-bit windows in (b, next_) asked for
+  int next_ = 0;                 // blocks before next_ have been looked at
+  int asked_[kPrefetchAhead]{};  // blocks asked for and not yet read, oldest at first_
+  int first_ = 0, count_ = 0;
 };
 
 // The first-level table row at which a low-bit window's keys start their rotation: its
@@ -266,6 +277,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         if (n > 0 && !batch) {  // a batched run's scores are in sc already
           const KvBlockRef& blk = blocks[sp.b];
           if (blk.k) {
+            if (keys_per_window) prefetcher.touch(sp.e - 1);
             qk_scores(p.dtype, qi, d, g, blk.k, blk.ld, n, d, p.scale, sc + o, R);
           } else {
             // Window by window: the query carries R(p0 − row0)ᵀ, shared by the windows of a
