@@ -156,7 +156,8 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                              int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
                              float* block_ml, int64_t ml_stride) {
   const int g = p.group, d = p.head_dim, st = attn_state_stride(d);
-  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, qhi, hirot, kwin, qall, mscores;
+  thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, qhi, hirot, kwin, qall, mscores,
+      qprep;
   thread_local std::vector<int> off;
   thread_local std::vector<const uint16_t*> krows, vrows;
   thread_local std::vector<Span> spans;
@@ -176,6 +177,13 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   // with the same operations, keeping each key row in registers.
   const bool scores_from_codes =
       keys_per_window && p.rope && qwin_scores_supported(*p.qlayout, *p.rope, g);
+  // The query as qwin_scores_prepared reads it: made when the query's rotation changes (a
+  // 256-position stretch), not for every window.
+  // 64-byte aligned: the kernel loads each of its vectors once per token (a load across two
+  // cache lines costs two).
+  if (scores_from_codes && qprep.size() < size_t(g) * d + 16) qprep.resize(size_t(g) * d + 16);
+  float* const qp =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qprep.data()) + 63) & ~uintptr_t(63));
   if (keys_per_window && kwin.size() < size_t(p.qlayout->window) * d)
     kwin.resize(size_t(p.qlayout->window) * d);
   // A run of queries over 16-bit blocks only (prefill over f16/bf16 pages, the current
@@ -269,6 +277,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       // 256-position stretch, and the keys start their rotation at row lo of the table's first
       // level (R(lo)ᵀ on the query instead for a window that would run past it).
       int64_t hi_cur = -1;
+      const float* qprep_of = nullptr;  // the rows qprep was made from
       for (const Span& sp : spans) {
         const int o = off[sp.b - b0];
         const int n =
@@ -292,6 +301,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                 const int64_t hi = blocks[b].pos0 - lo;
                 if (hi != hi_cur) {
                   hi_cur = hi;
+                  qprep_of = nullptr;  // qhi changes
                   if (hi == 0) {
                     std::memcpy(qhi.data(), qi, sizeof(float) * size_t(g) * d);
                   } else {
@@ -315,8 +325,12 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
               }
               if (scores_from_codes) {
                 prefetcher.touch(b);
-                qwin_scores(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, row0, qw, d, g,
-                            p.scale, sc + ob, R);
+                if (qw != qprep_of || qw == qrot.data()) {
+                  qwin_scores_query(*p.qlayout, *p.rope, qw, d, g, qp);
+                  qprep_of = qw;
+                }
+                qwin_scores_prepared(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, row0, qp,
+                                     g, p.scale, sc + ob, R);
                 continue;
               }
               const float* kw = kbuf.data() + size_t(ob) * d;

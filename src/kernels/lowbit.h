@@ -38,6 +38,15 @@ bool qwin_scores_by_nibbles(const QuantLayout& L, const RopeTable& rope);
 void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                  int row0, const float* q, int64_t ldq, int g, float scale, float* scores,
                  int64_t lds);
+// qwin_scores in two steps, for a query scored against many windows: qwin_scores_query puts
+// the g rows of q (stride ldq) in the layout the kernel reads (nibble order on the INT4
+// path, else as they are; out: g·head_dim floats), once; qwin_scores_prepared then scores
+// a window from it — bit for bit qwin_scores.
+void qwin_scores_query(const QuantLayout& L, const RopeTable& rope, const float* q, int64_t ldq,
+                       int g, float* out);
+void qwin_scores_prepared(const QuantLayout& L, const uint8_t* win, int h, int n,
+                          const RopeTable& rope, int row0, const float* qp, int g, float scale,
+                          float* scores, int64_t lds);
 
 // KV head h's values of tokens [0, n): v f32 [n][ldv] = scale·code + zero per group.
 void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* v, int64_t ldv);

@@ -156,13 +156,13 @@ TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
 }
 
 // qwin_scores (scores straight from the key codes, the decode kernel's path) against the two
-// calls it stands for, bit for bit: qwin_keys then qk_scores_f32 (INT4 keys in nibble order:
-// within a few ulps of Σ|q·k|, the channels summed in another order) — and against keys decoded
-// by the scalar reference and dotted in double. INT2 and INT4 keys, both RoPE styles, head
-// dims of 1..8 vectors, windows of 1..64 tokens (partial 8-token folds), partial windows,
-// 1..16 query heads, a misaligned window, score rows with a stride and sentinels after them,
-// rotations starting at table row 0 and at the last rows of the first level.
-// Layouts it does not take are reported unsupported, and the engine's own (head_dim 64,
+// calls it stands for (and against itself with the query prepared once, bit for bit): qwin_keys
+// then qk_scores_f32 (INT4 keys in nibble order: within a few ulps of Σ|q·k|, the channels summed
+// in another order) — and against keys decoded by the scalar reference and dotted in double. INT2
+// and INT4 keys, both RoPE styles, head dims of 1..8 vectors, windows of 1..64 tokens (partial
+// 8-token folds), partial windows, 1..16 query heads, a misaligned window, score rows with a stride
+// and sentinels after them, rotations starting at table row 0 and at the last rows of the first
+// level. Layouts it does not take are reported unsupported, and the engine's own (head_dim 64,
 // 8-token windows) are taken on any x86-64 with AVX2.
 TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
   int checked = 0, nibble_checked = 0;
@@ -205,6 +205,15 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
                 std::vector<float> got(size_t(g) * lds, kSentinel), two(got.size(), kSentinel);
                 const bool nibbles = qwin_scores_by_nibbles(L, rope);
                 qwin_scores(L, w, 1, n, rope, row0, q.data(), ldq, g, scale, got.data(), lds);
+                {  // in two steps (the query prepared once, as the decode does): bit for bit
+                  std::vector<float> qp(size_t(g) * d + 1), two_step(got.size(), kSentinel);
+                  qwin_scores_query(L, rope, q.data(), ldq, g, qp.data() + 1);
+                  qwin_scores_prepared(L, w, 1, n, rope, row0, qp.data() + 1, g, scale,
+                                       two_step.data(), lds);
+                  for (size_t i = 0; i < got.size(); ++i)
+                    ASSERT_EQ(two_step[i], got[i]) << "prepared query, bits " << bits << " d " << d
+                                                   << " g " << g << " n " << n << " at " << i;
+                }
                 std::vector<float> kd(size_t(n) * d), kr(size_t(n) * d);
                 qwin_keys(L, w, 1, n, rope, row0, kd.data(), d);
                 qk_scores_f32(q.data(), ldq, g, kd.data(), d, n, d, scale, two.data(), lds);

@@ -332,7 +332,34 @@ HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, in
 // adds the channels in another order than qk_scores_f32 (a few ulps of Σ|q·k|).
 // Micro-benchmark (bench/lowbit_bench.cpp, one window in L1, head_dim 64, 3 query heads):
 // ~35 % fewer ns than QwinScoresDv's INT4 path.
+// Natural channel order → nibble order for DV vectors: vector m of the low nibbles is the
+// even lanes of natural vectors 2m and 2m + 1, of the high nibbles the odd ones.
 template <int DV>
+HWY_INLINE void ToNibbleOrder(const hl::Vec<LbTag>* x, hl::Vec<LbTag>* out) {
+  constexpr int M = DV / 2;
+  const LbTag df;
+  for (int m = 0; m < M; ++m) {
+    out[m] = hl::ConcatEven(df, x[2 * m + 1], x[2 * m]);
+    out[M + m] = hl::ConcatOdd(df, x[2 * m + 1], x[2 * m]);
+  }
+}
+
+// The g query rows (stride ldq) in nibble order, rows of DV·N floats: [head][vector][lane].
+template <int DV>
+HWY_INLINE void NibbleQuery(const float* q, int64_t ldq, int g, float* qn) {
+  const LbTag df;
+  const int N = static_cast<int>(hl::Lanes(df));
+  for (int j = 0; j < g; ++j) {
+    hl::Vec<LbTag> x[DV], y[DV];
+    for (int k = 0; k < DV; ++k) x[k] = hl::LoadU(df, q + j * ldq + k * N);
+    ToNibbleOrder<DV>(x, y);
+    for (int v = 0; v < DV; ++v) hl::StoreU(y[v], df, qn + (j * DV + v) * N);
+  }
+}
+
+// QN: q is NibbleQuery's layout already (qwin_scores_prepared), else natural rows of stride
+// ldq, put in that order here.
+template <int DV, bool QN>
 HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, int n,
                               const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
                               float scale, float* scores, int64_t lds) {
@@ -343,14 +370,6 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
   const hl::Rebind<uint8_t, decltype(du)> d8;
   const int N = static_cast<int>(hl::Lanes(df));
   const size_t row_bytes = L.k_row_bytes();
-  // Natural channel order → nibble order: vector m of the low nibbles is the even lanes of
-  // natural vectors 2m and 2m + 1, of the high nibbles the odd ones.
-  const auto to_nibble = [&](const hl::Vec<LbTag>* x, hl::Vec<LbTag>* out) {
-    for (int m = 0; m < M; ++m) {
-      out[m] = hl::ConcatEven(df, x[2 * m + 1], x[2 * m]);
-      out[M + m] = hl::ConcatOdd(df, x[2 * m + 1], x[2 * m]);
-    }
-  };
   hl::Vec<LbTag> sv[DV], zv[DV];
   {
     const hl::Rebind<hwy::float16_t, LbTag> dh;
@@ -361,15 +380,14 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
       sn[k] = hl::PromoteTo(df, hl::LoadU(dh, ks + k * N));
       zn[k] = hl::PromoteTo(df, hl::LoadU(dh, kz + k * N));
     }
-    to_nibble(sn, sv);
-    to_nibble(zn, zv);
+    ToNibbleOrder<DV>(sn, sv);
+    ToNibbleOrder<DV>(zn, zv);
   }
-  HWY_ALIGN float qn[16 * DV * 16];  // [head][vector][lane], nibble order
-  for (int j = 0; j < g; ++j) {
-    hl::Vec<LbTag> x[DV], y[DV];
-    for (int k = 0; k < DV; ++k) x[k] = hl::LoadU(df, q + j * ldq + k * N);
-    to_nibble(x, y);
-    for (int v = 0; v < DV; ++v) hl::Store(y[v], df, qn + (j * DV + v) * N);
+  HWY_ALIGN float qbuf[QN ? 1 : 16 * DV * 16];  // [head][vector][lane], nibble order
+  const float* qn = q;
+  if constexpr (!QN) {
+    NibbleQuery<DV>(q, ldq, g, qbuf);
+    qn = qbuf;
   }
   // RoPE pairs (a, b) of vectors, the pair rows' slice p·N: kNormal (low m, high m); kNeox
   // (low m, low m + M/2) and (high m, high m + M/2).
@@ -413,7 +431,7 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
       for (int j = 0; j < g; ++j) {
         const float* qj = qn + j * DV * N;
         auto acc = hl::Zero(df);
-        for (int v = 0; v < DV; ++v) acc = hl::MulAdd(hl::Load(df, qj + v * N), kv[v], acc);
+        for (int v = 0; v < DV; ++v) acc = hl::MulAdd(hl::LoadU(df, qj + v * N), kv[v], acc);
         hl::Store(acc, df, accs + (j * T + t) * N);
       }
     }
@@ -422,17 +440,24 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
-inline void QwinScores(const QuantLayout& L, const uint8_t* win, int h, int n,
-                       const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
-                       float scale, float* scores, int64_t lds) {
+// prepared: q is QwinScoresQuery's output (rows of head_dim), else natural rows of stride ldq.
+inline void QwinScoresAny(const QuantLayout& L, const uint8_t* win, int h, int n,
+                          const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
+                          float scale, float* scores, int64_t lds, bool prepared) {
   assert(QwinScoresSupported(L, rope, g) && row0 >= 0 && row0 + n <= RopeTable::kLevelRows);
 #if HWY_TARGET != HWY_SCALAR
   const LbTag df;
   const bool nibbles = QwinScores4Supported(L, rope);
   WithUpTo8(L.head_dim / static_cast<int>(hl::Lanes(df)), [&](auto dv) {
     if constexpr (decltype(dv)::value % 2 == 0) {
+      if (nibbles && prepared) {
+        QwinScores4Dv<decltype(dv)::value, true>(L, win, h, n, rope, row0, q, ldq, g, scale, scores,
+                                                 lds);
+        return;
+      }
       if (nibbles) {
-        QwinScores4Dv<decltype(dv)::value>(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+        QwinScores4Dv<decltype(dv)::value, false>(L, win, h, n, rope, row0, q, ldq, g, scale,
+                                                  scores, lds);
         return;
       }
     }
@@ -444,8 +469,37 @@ inline void QwinScores(const QuantLayout& L, const uint8_t* win, int h, int n,
 #else
   (void)L, (void)win, (void)h, (void)n, (void)rope, (void)row0, (void)q, (void)ldq, (void)g,
       (void)scale;
-  (void)scores, (void)lds;
+  (void)scores, (void)lds, (void)prepared;
 #endif
+}
+
+inline void QwinScores(const QuantLayout& L, const uint8_t* win, int h, int n,
+                       const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
+                       float scale, float* scores, int64_t lds) {
+  QwinScoresAny(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds, false);
+}
+inline void QwinScoresPrepared(const QuantLayout& L, const uint8_t* win, int h, int n,
+                               const RopeTable& rope, int row0, const float* qp, int g, float scale,
+                               float* scores, int64_t lds) {
+  QwinScoresAny(L, win, h, n, rope, row0, qp, L.head_dim, g, scale, scores, lds, true);
+}
+// qwin_scores_query: the nibble path's query layout, else the rows as they are.
+inline void QwinScoresQuery(const QuantLayout& L, const RopeTable& rope, const float* q,
+                            int64_t ldq, int g, float* out) {
+  const int d = L.head_dim;
+#if HWY_TARGET != HWY_SCALAR
+  const LbTag df;
+  const int dvn = d / static_cast<int>(hl::Lanes(df));
+  if (QwinScores4Supported(L, rope) && dvn >= 2 && dvn <= 8 && dvn % 2 == 0) {
+    WithUpTo8(dvn, [&](auto dv) {
+      if constexpr (decltype(dv)::value % 2 == 0) NibbleQuery<decltype(dv)::value>(q, ldq, g, out);
+    });
+    return;
+  }
+#else
+  (void)rope;
+#endif
+  for (int j = 0; j < g; ++j) std::memcpy(out + size_t(j) * d, q + j * ldq, sizeof(float) * d);
 }
 
 inline void QwinValues(const QuantLayout& L, const uint8_t* win, int h, int n, float* v,

@@ -17,6 +17,8 @@ HWY_EXPORT(RopeRows);
 HWY_EXPORT(QwinPv);
 HWY_EXPORT(QwinPvSupported);
 HWY_EXPORT(QwinScores);
+HWY_EXPORT(QwinScoresPrepared);
+HWY_EXPORT(QwinScoresQuery);
 HWY_EXPORT(QwinScoresSupported);
 HWY_EXPORT(QwinScores4Supported);
 
@@ -37,6 +39,15 @@ void qwin_scores(const QuantLayout& L, const uint8_t* win, int h, int n, const R
                  int row0, const float* q, int64_t ldq, int g, float scale, float* scores,
                  int64_t lds) {
   HWY_DYNAMIC_DISPATCH(QwinScores)(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+}
+void qwin_scores_query(const QuantLayout& L, const RopeTable& rope, const float* q, int64_t ldq,
+                       int g, float* out) {
+  HWY_DYNAMIC_DISPATCH(QwinScoresQuery)(L, rope, q, ldq, g, out);
+}
+void qwin_scores_prepared(const QuantLayout& L, const uint8_t* win, int h, int n,
+                          const RopeTable& rope, int row0, const float* qp, int g, float scale,
+                          float* scores, int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(QwinScoresPrepared)(L, win, h, n, rope, row0, qp, g, scale, scores, lds);
 }
 bool qwin_pv_supported(const QuantLayout& L, int g) {
   return HWY_DYNAMIC_DISPATCH(QwinPvSupported)(L, g);
