@@ -260,6 +260,20 @@ HWY_INLINE void FoldTokenSums(const float* HWY_RESTRICT accs, int g, int nt, flo
     auto x = a[0];
     for (int seg = N / T; seg > 1; seg /= 2)
       x = hl::Add(hl::ConcatEven(df, x, x), hl::ConcatOdd(df, x, x));
+    // Lanes [0, 8) are the tokens' sums: a whole fold is scaled and stored as one vector of 8
+    // (the same products as lane by lane), a partial one lane by lane (nothing past nt).
+    if constexpr (hl::MaxLanes(LbTag()) == 2 * T) {
+      if (nt == T) {
+        const hl::Half<LbTag> dh;
+        hl::StoreU(hl::LowerHalf(dh, hl::Mul(x, hl::Set(df, scale))), dh, scores + j * lds);
+        continue;
+      }
+    } else if constexpr (hl::MaxLanes(LbTag()) == T) {
+      if (nt == T) {
+        hl::StoreU(hl::Mul(x, hl::Set(df, scale)), df, scores + j * lds);
+        continue;
+      }
+    }
     hl::Store(x, df, tmp);
     for (int t = 0; t < nt; ++t) scores[j * lds + t] = tmp[t] * scale;
   }
@@ -358,12 +372,14 @@ HWY_INLINE void NibbleQuery(const float* q, int64_t ldq, int g, float* qn) {
 }
 
 // QN: q is NibbleQuery's layout already (qwin_scores_prepared), else natural rows of stride
-// ldq, put in that order here.
-template <int DV, bool QN>
+// ldq, put in that order here. G: the query heads as a constant (g == G), or 0 (any g): a
+// constant count unrolls the heads' loop, so their chains of multiply-adds interleave.
+template <int DV, bool QN, int G>
 HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, int n,
-                              const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
-                              float scale, float* scores, int64_t lds) {
+                              const RopeTable& rope, int row0, const float* q, int64_t ldq,
+                              int g_any, float scale, float* scores, int64_t lds) {
   static_assert(DV % 2 == 0, "low and high nibble vectors");
+  const int g = G > 0 ? G : g_any;
   constexpr int T = 8, M = DV / 2;  // M vectors of low nibbles, then M of high ones
   const LbTag df;
   const hl::RebindToUnsigned<LbTag> du;
@@ -438,6 +454,26 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
     FoldTokenSums(accs, g, nt, scale, scores + j0, lds);
   }
 }
+// QwinScores4Dv with the engine's GQA groups as constants (SmolLM2 3, Qwen2.5-Coder-1.5B 6,
+// -0.5B 7), any other g at run time.
+template <int DV, bool QN>
+HWY_INLINE void QwinScores4G(const QuantLayout& L, const uint8_t* win, int h, int n,
+                             const RopeTable& rope, int row0, const float* q, int64_t ldq, int g,
+                             float scale, float* scores, int64_t lds) {
+  switch (g) {
+    case 3:
+      QwinScores4Dv<DV, QN, 3>(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+      break;
+    case 6:
+      QwinScores4Dv<DV, QN, 6>(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+      break;
+    case 7:
+      QwinScores4Dv<DV, QN, 7>(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+      break;
+    default:
+      QwinScores4Dv<DV, QN, 0>(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+  }
+}
 #endif  // HWY_TARGET != HWY_SCALAR
 
 // prepared: q is QwinScoresQuery's output (rows of head_dim), else natural rows of stride ldq.
@@ -450,14 +486,13 @@ inline void QwinScoresAny(const QuantLayout& L, const uint8_t* win, int h, int n
   const bool nibbles = QwinScores4Supported(L, rope);
   WithUpTo8(L.head_dim / static_cast<int>(hl::Lanes(df)), [&](auto dv) {
     if constexpr (decltype(dv)::value % 2 == 0) {
-      if (nibbles && prepared) {
-        QwinScores4Dv<decltype(dv)::value, true>(L, win, h, n, rope, row0, q, ldq, g, scale, scores,
-                                                 lds);
-        return;
-      }
       if (nibbles) {
-        QwinScores4Dv<decltype(dv)::value, false>(L, win, h, n, rope, row0, q, ldq, g, scale,
-                                                  scores, lds);
+        constexpr int DV = decltype(dv)::value;
+        if (prepared) {
+          QwinScores4G<DV, true>(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+        } else {
+          QwinScores4G<DV, false>(L, win, h, n, rope, row0, q, ldq, g, scale, scores, lds);
+        }
         return;
       }
     }
@@ -552,17 +587,56 @@ HWY_INLINE void QwinPvGroup(const Unpacker& unpack, const uint8_t* codes, size_t
   const int N = static_cast<int>(hl::Lanes(df));
   HWY_ALIGN float w[G * 64];
   float zsum[G];
-  for (int j = 0; j < G; ++j) zsum[j] = 0.0f;
-  for (int t = 0; t < n; ++t) {
-    const size_t pi = size_t(t) * ng + gi;
-    const float st = sf[pi], zt = zf[pi];
+  if (ng == 1) {
+    // One group a token (the engine's layout): the tokens' scales and zeros are contiguous,
+    // so the weights and zsum take vectors of tokens; masked loads read nothing past n.
     for (int j = 0; j < G; ++j) {
-      const float pj = p[j * ldp + t];
-      w[j * 64 + t] = pj * st;
-      zsum[j] = std::fma(pj, zt, zsum[j]);  // fused, as before: the same sums bit for bit
+      auto zacc = hl::Zero(df);
+      for (int t = 0; t < n; t += N) {
+        const auto m = hl::FirstN(df, size_t(n - t));
+        const auto pv = hl::MaskedLoad(m, df, p + j * ldp + t);
+        hl::Store(hl::Mul(pv, hl::MaskedLoad(m, df, sf + t)), df, w + j * 64 + t);
+        zacc = hl::MulAdd(pv, hl::MaskedLoad(m, df, zf + t), zacc);  // masked lanes add 0
+      }
+      zsum[j] = hl::GetLane(hl::SumOfLanes(df, zacc));
+    }
+  } else {
+    for (int j = 0; j < G; ++j) zsum[j] = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      const size_t pi = size_t(t) * ng + gi;
+      const float st = sf[pi], zt = zf[pi];
+      for (int j = 0; j < G; ++j) {
+        const float pj = p[j * ldp + t];
+        w[j * 64 + t] = pj * st;
+        zsum[j] = std::fma(pj, zt, zsum[j]);
+      }
     }
   }
-  for (int c = c0; c < c1; c += N) {
+  // Blocks of VB vectors: the block's G·VB accumulators (at most 16) stay in registers
+  // across the tokens, so the chains of multiply-adds interleave and each token's codes are
+  // unpacked once per vector.
+  constexpr int VB = G <= 4 ? 4 : 2;
+  int c = c0;
+  for (; c + VB * N <= c1; c += VB * N) {
+    hl::Vec<LbTag> a[G][VB];
+    for (int j = 0; j < G; ++j)
+      for (int k = 0; k < VB; ++k) a[j][k] = hl::Set(df, zsum[j]);
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* row = codes + size_t(t) * row_bytes;
+      hl::Vec<LbTag> cv[VB];
+      for (int k = 0; k < VB; ++k) cv[k] = unpack(row, c + k * N);
+      for (int j = 0; j < G; ++j) {
+        const auto wj = hl::Set(df, w[j * 64 + t]);
+        for (int k = 0; k < VB; ++k) a[j][k] = hl::MulAdd(wj, cv[k], a[j][k]);
+      }
+    }
+    for (int j = 0; j < G; ++j)
+      for (int k = 0; k < VB; ++k) {
+        float* o = out + j * ldo + c + k * N;
+        hl::StoreU(hl::Add(hl::LoadU(df, o), a[j][k]), df, o);
+      }
+  }
+  for (; c < c1; c += N) {
     hl::Vec<LbTag> a[G];
     for (int j = 0; j < G; ++j) a[j] = hl::Set(df, zsum[j]);
     for (int t = 0; t < n; ++t) {
@@ -586,10 +660,21 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
   const uint8_t* codes = win + L.v_codes_off(h);
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
-  // The window's value scales and zeros as floats, [t][gi], by vector F16C conversion; a
-  // tail shorter than a vector (an 8-token window's 8 scales) through a zero-padded copy.
+  // The window's value scales and zeros as floats, [t][gi], by vector F16C conversion. The
+  // zeros follow the scales (W·ng each): when the two fill whole vectors (an 8-token window
+  // of one group a token: one vector of 16) they are converted together, partial windows
+  // included (the unused tokens' values are read, never used); else a tail shorter than a
+  // vector goes through a zero-padded copy.
   HWY_ALIGN float sf[64 * 64 + 16], zf[64 * 64 + 16];
-  {
+  const int wp = L.window * ng;
+  const float* zfp = zf;
+  if ((2 * wp) % N == 0 && 2 * wp <= 64 * 64 + 16) {
+    const hl::Rebind<hwy::float16_t, LbTag> dh;
+    const auto* hs = reinterpret_cast<const hwy::float16_t*>(vs);
+    for (int i = 0; i < 2 * wp; i += N)
+      hl::Store(hl::PromoteTo(df, hl::LoadU(dh, hs + i)), df, sf + i);
+    zfp = sf + wp;
+  } else {
     const hl::Rebind<hwy::float16_t, LbTag> dh;
     const auto* hs = reinterpret_cast<const hwy::float16_t*>(vs);
     const auto* hz = reinterpret_cast<const hwy::float16_t*>(vz);
@@ -614,7 +699,7 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
     WithUpTo8(g, [&](auto gc) {
       for (int gi = 0; gi < ng; ++gi) {
         const int c0 = gi * gs, c1 = c0 + gs;
-        QwinPvGroup<decltype(gc)::value>(unpack, codes, row_bytes, n, p, ldp, sf, zf, ng, gi, c0,
+        QwinPvGroup<decltype(gc)::value>(unpack, codes, row_bytes, n, p, ldp, sf, zfp, ng, gi, c0,
                                          c1, out, ldo);
       }
     });
