@@ -406,18 +406,13 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
     qn = qbuf;
   }
   // RoPE pairs (a, b) of vectors, the pair rows' slice p·N: kNormal (low m, high m); kNeox
-  // (low m, low m + M/2) and (high m, high m + M/2).
+  // (low m, low m + M/2) and (high m, high m + M/2). Spelled out per style with constant
+  // indices, so that the key vectors stay in registers (an index array kept them on the stack).
   const bool neox = rope.params().style == RopeStyle::kNeox;
-  int pa[M], pb[M];
-  for (int p = 0; p < M; ++p) {
-    if (!neox) {
-      pa[p] = p, pb[p] = M + p;
-    } else if (p < M / 2) {
-      pa[p] = p, pb[p] = p + M / 2;
-    } else {
-      pa[p] = M + p - M / 2, pb[p] = M + p;
-    }
-  }
+  // The pair rows of the window's first token; a row is head_dim / 2 floats.
+  const float* const pc0 = rope.pair_cos_row(row0);
+  const float* const ps0 = rope.pair_sin_row(row0);
+  const size_t prow = size_t(L.head_dim / 2);
   const auto m15 = hl::Set(du, 15u);
   HWY_ALIGN float accs[16 * T * 16];  // [head][token][lane]
   const uint8_t* codes = win + L.k_codes_off(h);
@@ -436,13 +431,19 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
         kv[m] = hl::MulAdd(hl::ConvertTo(df, hl::And(u, m15)), sv[m], zv[m]);
         kv[M + m] = hl::MulAdd(hl::ConvertTo(df, hl::ShiftRight<4>(u)), sv[M + m], zv[M + m]);
       }
-      const float* pc = rope.pair_cos_row(row0 + tw);
-      const float* ps = rope.pair_sin_row(row0 + tw);
-      for (int p = 0; p < M; ++p) {
+      const float* pc = pc0 + size_t(tw) * prow;
+      const float* ps = ps0 + size_t(tw) * prow;
+      const auto rotate = [&](hl::Vec<LbTag>& a, hl::Vec<LbTag>& b, int p) {
         const auto c = hl::LoadU(df, pc + p * N), sn = hl::LoadU(df, ps + p * N);
-        const auto a = kv[pa[p]], b = kv[pb[p]];
-        kv[pa[p]] = hl::NegMulAdd(b, sn, hl::Mul(a, c));  // a·cos − b·sin
-        kv[pb[p]] = hl::MulAdd(a, sn, hl::Mul(b, c));     // b·cos + a·sin
+        const auto a0 = a;
+        a = hl::NegMulAdd(b, sn, hl::Mul(a0, c));  // a·cos − b·sin
+        b = hl::MulAdd(a0, sn, hl::Mul(b, c));     // b·cos + a·sin
+      };
+      if (!neox) {
+        for (int p = 0; p < M; ++p) rotate(kv[p], kv[M + p], p);
+      } else {
+        for (int p = 0; p < M / 2; ++p) rotate(kv[p], kv[p + M / 2], p);
+        for (int p = M / 2; p < M; ++p) rotate(kv[M + p - M / 2], kv[M + p], p);
       }
       for (int j = 0; j < g; ++j) {
         const float* qj = qn + j * DV * N;
@@ -587,29 +588,14 @@ HWY_INLINE void QwinPvGroup(const Unpacker& unpack, const uint8_t* codes, size_t
   const int N = static_cast<int>(hl::Lanes(df));
   HWY_ALIGN float w[G * 64];
   float zsum[G];
-  if (ng == 1) {
-    // One group a token (the engine's layout): the tokens' scales and zeros are contiguous,
-    // so the weights and zsum take vectors of tokens; masked loads read nothing past n.
+  for (int j = 0; j < G; ++j) zsum[j] = 0.0f;
+  for (int t = 0; t < n; ++t) {
+    const size_t pi = size_t(t) * ng + gi;
+    const float st = sf[pi], zt = zf[pi];
     for (int j = 0; j < G; ++j) {
-      auto zacc = hl::Zero(df);
-      for (int t = 0; t < n; t += N) {
-        const auto m = hl::FirstN(df, size_t(n - t));
-        const auto pv = hl::MaskedLoad(m, df, p + j * ldp + t);
-        hl::Store(hl::Mul(pv, hl::MaskedLoad(m, df, sf + t)), df, w + j * 64 + t);
-        zacc = hl::MulAdd(pv, hl::MaskedLoad(m, df, zf + t), zacc);  // masked lanes add 0
-      }
-      zsum[j] = hl::GetLane(hl::SumOfLanes(df, zacc));
-    }
-  } else {
-    for (int j = 0; j < G; ++j) zsum[j] = 0.0f;
-    for (int t = 0; t < n; ++t) {
-      const size_t pi = size_t(t) * ng + gi;
-      const float st = sf[pi], zt = zf[pi];
-      for (int j = 0; j < G; ++j) {
-        const float pj = p[j * ldp + t];
-        w[j * 64 + t] = pj * st;
-        zsum[j] = std::fma(pj, zt, zsum[j]);
-      }
+      const float pj = p[j * ldp + t];
+      w[j * 64 + t] = pj * st;
+      zsum[j] = std::fma(pj, zt, zsum[j]);  // fused, in token order
     }
   }
   // Blocks of VB vectors: the block's G·VB accumulators (at most 16) stay in registers
