@@ -277,7 +277,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
       // 256-position stretch, and the keys start their rotation at row lo of the table's first
       // level (R(lo)ᵀ on the query instead for a window that would run past it).
       int64_t hi_cur = -1;
-      const float* qprep_of = nullptr;  // the rows qprep was made from
+      bool qp_is_qhi = false;  // qp holds qhi (the stretch's query) in the kernel's layout
       for (const Span& sp : spans) {
         const int o = off[sp.b - b0];
         const int n =
@@ -301,7 +301,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
                 const int64_t hi = blocks[b].pos0 - lo;
                 if (hi != hi_cur) {
                   hi_cur = hi;
-                  qprep_of = nullptr;  // qhi changes
+                  qp_is_qhi = false;  // qhi changes
                   if (hi == 0) {
                     std::memcpy(qhi.data(), qi, sizeof(float) * size_t(g) * d);
                   } else {
@@ -325,9 +325,10 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
               }
               if (scores_from_codes) {
                 prefetcher.touch(b);
-                if (qw != qprep_of || qw == qrot.data()) {
+                // qrot is made for its one window; qhi serves the stretch's windows.
+                if (qw != qhi.data() || !qp_is_qhi) {
                   qwin_scores_query(*p.qlayout, *p.rope, qw, d, g, qp);
-                  qprep_of = qw;
+                  qp_is_qhi = qw == qhi.data();
                 }
                 qwin_scores_prepared(*p.qlayout, blocks[b].qwin, p.kv_head, nb, *p.rope, row0, qp,
                                      g, p.scale, sc + ob, R);

@@ -525,9 +525,8 @@ inline void QwinScoresQuery(const QuantLayout& L, const RopeTable& rope, const f
   const int d = L.head_dim;
 #if HWY_TARGET != HWY_SCALAR
   const LbTag df;
-  const int dvn = d / static_cast<int>(hl::Lanes(df));
-  if (QwinScores4Supported(L, rope) && dvn >= 2 && dvn <= 8 && dvn % 2 == 0) {
-    WithUpTo8(dvn, [&](auto dv) {
+  if (QwinScores4Supported(L, rope)) {  // head_dim: an even number of vectors, 2..8
+    WithUpTo8(d / static_cast<int>(hl::Lanes(df)), [&](auto dv) {
       if constexpr (decltype(dv)::value % 2 == 0) NibbleQuery<decltype(dv)::value>(q, ldq, g, out);
     });
     return;
