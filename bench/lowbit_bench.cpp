@@ -11,7 +11,8 @@
 // What they showed on the 2-vCPU Xeon VM (BENCHMARKS §2, "The 8-bit decode path"; this VM's
 // timings move by 30 %): a shuffled walk costs ~2x the hot kernel per window and software
 // prefetching does not help it; 2 MiB pages take ~15 % off; in address order 1.1-1.5x hot.
-// The K4V2 unit (BENCHMARKS §2 "Segments head after head", 2026-12-05): 195 ns hot; one
+// The K4V2 unit (BENCHMARKS §2 "Segments head after head", 2026-12-05): 195 ns hot (161-179
+// ns after 40126ff: BENCHMARKS §2 "Fewer instructions per low-bit window"); one
 // head's walk over a pool of 3-head windows in address order ~320-370 ns; the 3 heads of
 // 64-window segments one after another ~225 ns; one head's plane ~215-235 ns.
 //   build/bench/qevict_lowbit_bench   (configure with -DQEVICT_BUILD_BENCH=ON)
