@@ -170,7 +170,7 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
     for (int bits : {2, 4})
       for (int d : {16, 48, 64, 128, 40})
         for (int W : {8, 13, 64, 1})
-          for (int g : {1, 3, 7, 16}) {
+          for (int g : {1, 3, 6, 7, 16}) {  // 3, 6, 7: the unrolled head counts
             QuantLayout L{bits, 2, d, W, 0, 2};
             if (!L.validate().is_ok()) continue;
             RopeParams rp;
