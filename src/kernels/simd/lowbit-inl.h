@@ -262,15 +262,15 @@ HWY_INLINE void FoldTokenSums(const float* HWY_RESTRICT accs, int g, int nt, flo
       x = hl::Add(hl::ConcatEven(df, x, x), hl::ConcatOdd(df, x, x));
     // Lanes [0, 8) are the tokens' sums: a whole fold is scaled and stored as one vector of 8
     // (the same products as lane by lane), a partial one lane by lane (nothing past nt).
-    if constexpr (hl::MaxLanes(LbTag()) == 2 * T) {
+    if constexpr (hl::MaxLanes(LbTag()) == T || hl::MaxLanes(LbTag()) == 2 * T) {
       if (nt == T) {
-        const hl::Half<LbTag> dh;
-        hl::StoreU(hl::LowerHalf(dh, hl::Mul(x, hl::Set(df, scale))), dh, scores + j * lds);
-        continue;
-      }
-    } else if constexpr (hl::MaxLanes(LbTag()) == T) {
-      if (nt == T) {
-        hl::StoreU(hl::Mul(x, hl::Set(df, scale)), df, scores + j * lds);
+        const auto y = hl::Mul(x, hl::Set(df, scale));
+        if constexpr (hl::MaxLanes(LbTag()) == T) {
+          hl::StoreU(y, df, scores + j * lds);
+        } else {
+          const hl::Half<LbTag> dh;
+          hl::StoreU(hl::LowerHalf(dh, y), dh, scores + j * lds);
+        }
         continue;
       }
     }
@@ -576,6 +576,33 @@ inline bool QwinPvSupported(const QuantLayout& L, int g) {
          L.window * (L.head_dim / L.g()) <= 64 * 64;
 }
 
+// VB vectors of channels from c, for G query heads: out[j][c, c + VB·N) += zsum[j] + Σ_t
+// w[j][t]·code_t, with the G·VB accumulators in registers across the tokens.
+template <int G, int VB, class Unpacker>
+HWY_INLINE void QwinPvBlock(const Unpacker& unpack, const uint8_t* codes, size_t row_bytes, int n,
+                            const float* HWY_RESTRICT w, const float* zsum, int c, float* out,
+                            int64_t ldo) {
+  const LbTag df;
+  const int N = static_cast<int>(hl::Lanes(df));
+  hl::Vec<LbTag> a[G][VB];
+  for (int j = 0; j < G; ++j)
+    for (int k = 0; k < VB; ++k) a[j][k] = hl::Set(df, zsum[j]);
+  for (int t = 0; t < n; ++t) {
+    const uint8_t* row = codes + size_t(t) * row_bytes;
+    hl::Vec<LbTag> cv[VB];
+    for (int k = 0; k < VB; ++k) cv[k] = unpack(row, c + k * N);
+    for (int j = 0; j < G; ++j) {
+      const auto wj = hl::Set(df, w[j * 64 + t]);
+      for (int k = 0; k < VB; ++k) a[j][k] = hl::MulAdd(wj, cv[k], a[j][k]);
+    }
+  }
+  for (int j = 0; j < G; ++j)
+    for (int k = 0; k < VB; ++k) {
+      float* o = out + j * ldo + c + k * N;
+      hl::StoreU(hl::Add(hl::LoadU(df, o), a[j][k]), df, o);
+    }
+}
+
 // QwinPv's work on one value group gi (channels [c0, c1)) for G query heads: the weights
 // w[j][t] = p_jt·s_t and zsum[j] = Σ_t p_jt·z_t in token order (G independent chains in
 // registers), then G vector accumulators, from zsum, across the tokens.
@@ -599,40 +626,12 @@ HWY_INLINE void QwinPvGroup(const Unpacker& unpack, const uint8_t* codes, size_t
   }
   // Blocks of VB vectors: the block's G·VB accumulators (at most 16) stay in registers
   // across the tokens, so the chains of multiply-adds interleave and each token's codes are
-  // unpacked once per vector.
+  // unpacked once per vector; the channels left over go one vector at a time.
   constexpr int VB = G <= 4 ? 4 : 2;
   int c = c0;
-  for (; c + VB * N <= c1; c += VB * N) {
-    hl::Vec<LbTag> a[G][VB];
-    for (int j = 0; j < G; ++j)
-      for (int k = 0; k < VB; ++k) a[j][k] = hl::Set(df, zsum[j]);
-    for (int t = 0; t < n; ++t) {
-      const uint8_t* row = codes + size_t(t) * row_bytes;
-      hl::Vec<LbTag> cv[VB];
-      for (int k = 0; k < VB; ++k) cv[k] = unpack(row, c + k * N);
-      for (int j = 0; j < G; ++j) {
-        const auto wj = hl::Set(df, w[j * 64 + t]);
-        for (int k = 0; k < VB; ++k) a[j][k] = hl::MulAdd(wj, cv[k], a[j][k]);
-      }
-    }
-    for (int j = 0; j < G; ++j)
-      for (int k = 0; k < VB; ++k) {
-        float* o = out + j * ldo + c + k * N;
-        hl::StoreU(hl::Add(hl::LoadU(df, o), a[j][k]), df, o);
-      }
-  }
-  for (; c < c1; c += N) {
-    hl::Vec<LbTag> a[G];
-    for (int j = 0; j < G; ++j) a[j] = hl::Set(df, zsum[j]);
-    for (int t = 0; t < n; ++t) {
-      const auto cv = unpack(codes + size_t(t) * row_bytes, c);
-      for (int j = 0; j < G; ++j) a[j] = hl::MulAdd(hl::Set(df, w[j * 64 + t]), cv, a[j]);
-    }
-    for (int j = 0; j < G; ++j) {
-      float* o = out + j * ldo + c;
-      hl::StoreU(hl::Add(hl::LoadU(df, o), a[j]), df, o);
-    }
-  }
+  for (; c + VB * N <= c1; c += VB * N)
+    QwinPvBlock<G, VB>(unpack, codes, row_bytes, n, w, zsum, c, out, ldo);
+  for (; c < c1; c += N) QwinPvBlock<G, 1>(unpack, codes, row_bytes, n, w, zsum, c, out, ldo);
 }
 
 inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
@@ -653,15 +652,13 @@ inline void QwinPv(const QuantLayout& L, const uint8_t* win, int h, int n, const
   HWY_ALIGN float sf[64 * 64 + 16], zf[64 * 64 + 16];
   const int wp = L.window * ng;
   const float* zfp = zf;
+  const hl::Rebind<hwy::float16_t, LbTag> dh;
+  const auto* hs = reinterpret_cast<const hwy::float16_t*>(vs);
   if ((2 * wp) % N == 0 && 2 * wp <= 64 * 64 + 16) {
-    const hl::Rebind<hwy::float16_t, LbTag> dh;
-    const auto* hs = reinterpret_cast<const hwy::float16_t*>(vs);
     for (int i = 0; i < 2 * wp; i += N)
       hl::Store(hl::PromoteTo(df, hl::LoadU(dh, hs + i)), df, sf + i);
     zfp = sf + wp;
   } else {
-    const hl::Rebind<hwy::float16_t, LbTag> dh;
-    const auto* hs = reinterpret_cast<const hwy::float16_t*>(vs);
     const auto* hz = reinterpret_cast<const hwy::float16_t*>(vz);
     const int np = n * ng;
     int i = 0;
