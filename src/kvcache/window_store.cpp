@@ -193,31 +193,31 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
   }
   // Evictions free slots first, demotions then free F slots as they take ledger slots,
   // promotions come last: the store never holds more than the budget in between.
-  // Each entry's window, looked up once for the passes (a null: already dropped, evicted).
-  thread_local std::vector<Window*> win;
-  win.resize(plan.entries.size());
-  for (size_t i = 0; i < plan.entries.size(); ++i) win[i] = find(L, plan.entries[i].id);
+  // Each entry's tier is marked on its window (entries of dropped windows are evicted
+  // already), so the passes walk the windows in id order and the store keeps no list that
+  // grows with the plan.
+  for (const PlanEntry& e : plan.entries)
+    if (Window* w = find(L, e.id)) w->to = e.to;
   for (int pass = 0; pass < 3; ++pass) {
-    for (size_t i = 0; i < plan.entries.size(); ++i) {
-      const PlanEntry& e = plan.entries[i];
-      if (!win[i]) continue;
-      Window& w = *win[i];
-      if (pass == 0 && e.to == Tier::kEvicted) {
+    for (Window& w : L.windows) {
+      if (w.to == Tier::kLocal) continue;
+      if (pass == 0 && w.to == Tier::kEvicted) {
         if (w.tier == Tier::kEvicted) continue;
         if (!w.routed) ++L.counters.evicted_at_first_routing;
         evict(L, w);
-      } else if (pass == 1 && e.to == Tier::kQuant) {
-        if (w.tier != Tier::kQuant) demote(L, w, e.id);
-      } else if (pass == 2 && e.to == Tier::kFull) {
-        if (w.tier == Tier::kQuant) promote(L, w, e.id);
+      } else if (pass == 1 && w.to == Tier::kQuant) {
+        if (w.tier != Tier::kQuant) demote(L, w, w.id);
+      } else if (pass == 2 && w.to == Tier::kFull) {
+        if (w.tier == Tier::kQuant) promote(L, w, w.id);
         w.tier = Tier::kFull;
       }
     }
   }
-  for (Window* w : win) {
-    if (!w) continue;
-    if (!w->routed) ++L.counters.aged;
-    w->routed = true;
+  for (Window& w : L.windows) {
+    if (w.to == Tier::kLocal) continue;
+    if (!w.routed) ++L.counters.aged;
+    w.routed = true;
+    w.to = Tier::kLocal;
   }
   compact(L);
   return Status::ok();

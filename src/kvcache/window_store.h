@@ -43,8 +43,10 @@ class WindowStore {
     int32_t n = 0;        // tokens written
     double score = 0.0;   // cumulative attention mass S̄ (Eq. 1)
     Tier tier = Tier::kLocal;
-    bool routed = false;  // has been through at least one routing event since aging
+    bool routed = false;     // has been through at least one routing event since aging
+    Tier to = Tier::kLocal;  // apply(): the plan's tier for it (kLocal: not in the plan)
   };
+  static_assert(sizeof(Window) <= 32, "a window entry is 32 bytes (one per token at ω = 1)");
 
   // `rope` re-rotates keys on demotion/promotion; it must cover every stored position.
   WindowStore(const KvShape& shape, const KvBudget& budget, const QuantLayout& ql, HalfType dtype,
