@@ -37,6 +37,17 @@ WindowStore::Window* WindowStore::find(Layer& L, int32_t id) {
 const WindowStore::Window* WindowStore::find(const Layer& L, int32_t id) {
   return find(const_cast<Layer&>(L), id);
 }
+WindowStore::Window* WindowStore::seek(Layer& L, size_t& i, int32_t id) {
+  const size_t n = L.windows.size();
+  if (i > n || (i > 0 && L.windows[i - 1].id >= id)) {
+    i = size_t(std::lower_bound(L.windows.begin(), L.windows.end(), id,
+                                [](const Window& w, int32_t x) { return w.id < x; }) -
+               L.windows.begin());
+  } else {
+    while (i < n && L.windows[i].id < id) ++i;
+  }
+  return i < n && L.windows[i].id == id ? &L.windows[i] : nullptr;
+}
 
 const WindowStore::Window& WindowStore::window(int layer, int32_t id) const {
   static const Window kDropped = [] {
@@ -169,16 +180,16 @@ void WindowStore::candidates(int layer, int64_t n_past, RoutingRequest* req) con
 Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPlan& plan) {
   Layer& L = layers_[layer];
   QEVICT_RETURN_IF_ERROR(check_plan(req, plan));
+  size_t at = 0;  // plan entries come in candidate order, ascending ids: one walk (seek)
   for (const PlanEntry& e : plan.entries) {
     if (e.id < 0 || e.id >= L.next_id)
       return Status::error(fmt::format("routing plan names window {} of {}", e.id, L.next_id));
-    const Window* w = find(L, e.id);
+    const Window* w = seek(L, at, e.id);
     if ((!w || w->tier == Tier::kEvicted) && e.to != Tier::kEvicted)
       return Status::error(fmt::format("routing plan revives evicted window {}", e.id));
   }
   // Entries of windows evicted at an earlier event go now (kept one event so that
-  // diagnostics see their final score); the entries do not move below, so pointers from
-  // find() stay valid through the passes.
+  // diagnostics see their final score).
   const size_t before = L.windows.size();
   L.windows.erase(std::remove_if(L.windows.begin(), L.windows.end(),
                                  [](const Window& w) { return w.tier == Tier::kEvicted; }),
@@ -196,8 +207,9 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
   // Each entry's tier is marked on its window (entries of dropped windows are evicted
   // already), so the passes walk the windows in id order and the store keeps no list that
   // grows with the plan.
+  at = 0;
   for (const PlanEntry& e : plan.entries)
-    if (Window* w = find(L, e.id)) w->to = e.to;
+    if (Window* w = seek(L, at, e.id)) w->to = e.to;
   for (int pass = 0; pass < 3; ++pass) {
     for (Window& w : L.windows) {
       if (w.to == Tier::kLocal) continue;

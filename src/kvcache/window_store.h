@@ -123,6 +123,9 @@ class WindowStore {
 
   static Window* find(Layer& L, int32_t id);
   static const Window* find(const Layer& L, int32_t id);
+  // find() for ids sought in ascending order from cursor i (0 at first): a forward walk,
+  // O(windows) for all of them; an id behind the cursor falls back to a binary search.
+  static Window* seek(Layer& L, size_t& i, int32_t id);
   uint16_t* f_k(Layer& L, int32_t slot, int h) const;
   uint16_t* f_v(Layer& L, int32_t slot, int h) const;
   const uint16_t* f_k(const Layer& L, int32_t slot, int h) const;

@@ -225,6 +225,46 @@ TEST(TieredKvCache, AddScoresEqualsAddScoreWindowByWindow) {
   EXPECT_EQ(s.window(0, 6).score, before[6]) << "an evicted window's entry took mass";
 }
 
+// apply() walks the plan's entries in id order (the order candidates() gives); a plan whose
+// entries come in another order must still move each window to its own tier.
+TEST(TieredKvCache, ApplyTakesAPlanInAnyOrder) {
+  Driver d;
+  ThreadPool pool(1);
+  KvCacheParams p;
+  p.policy = "qevict";
+  p.budget_fraction = 2.0;  // nothing is routed away; the plans below set the tiers
+  // By id mod 4: round 0 Q E F Q, round 1 F - Q Q (a promotion, a demotion, a stay).
+  const Tier cycle[2][4] = {{Tier::kQuant, Tier::kEvicted, Tier::kFull, Tier::kQuant},
+                            {Tier::kFull, Tier::kEvicted, Tier::kQuant, Tier::kQuant}};
+  std::vector<std::vector<Tier>> tiers;
+  for (bool reversed : {false, true}) {
+    auto c = TieredKvCacheTestPeer::make(d.shape, 300, p);
+    TieredKvCacheTestPeer t(*c);
+    d.step(*c, 200, pool, 13);
+    WindowStore& s = t.mutable_store();
+    for (int round = 0; round < 2; ++round) {  // the second promotes what the first demoted
+      RoutingRequest req;
+      s.candidates(0, 200, &req);
+      ASSERT_GT(req.candidates.size(), 6u);
+      if (reversed) std::reverse(req.candidates.begin(), req.candidates.end());
+      RoutingPlan plan;
+      plan.reset(req);
+      for (size_t i = 0; i < req.candidates.size(); ++i)
+        plan.set(i, cycle[round][req.candidates[i].id % 4]);
+      ASSERT_TRUE(s.apply(0, req, plan).is_ok());
+    }
+    std::vector<Tier> got;
+    for (int32_t w = 0; w < s.n_windows(0); ++w) got.push_back(s.window(0, w).tier);
+    tiers.push_back(got);
+  }
+  ASSERT_EQ(tiers[0].size(), tiers[1].size());
+  for (size_t w = 0; w < tiers[0].size(); ++w)
+    EXPECT_EQ(tier_char(tiers[0][w]), tier_char(tiers[1][w])) << "window " << w;
+  EXPECT_NE(std::count(tiers[0].begin(), tiers[0].end(), Tier::kQuant), 0);
+  EXPECT_NE(std::count(tiers[0].begin(), tiers[0].end(), Tier::kFull), 0);
+  EXPECT_NE(std::count(tiers[0].begin(), tiers[0].end(), Tier::kEvicted), 0);
+}
+
 TEST(TieredKvCache, PromotedKeysEqualRopeOfDequantizedPreRopeKeys) {
   Driver d;
   ThreadPool pool(1);
