@@ -110,35 +110,43 @@ void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlock
   if (S > 0) block_window->push_back(-1);
   for (const Window& w : L.windows)
     if (w.tier != Tier::kEvicted) block_window->push_back(w.id);
-  const Window* next = L.windows.data();  // walks the entries in id order with the blocks
-  const int nb = int(block_window->size());
+  const size_t nb = block_window->size();
   blocks->resize(size_t(H) * nb);
-  for (int h = 0; h < H; ++h) {
-    next = L.windows.data();
-    for (int b = 0; b < nb; ++b) {
-      KvBlockRef& r = (*blocks)[size_t(h) * nb + b];
-      const int32_t id = (*block_window)[b];
-      r = KvBlockRef();
-      if (id < 0) {
-        r.pos0 = 0;
-        r.n = int32_t(std::min<int64_t>(S, total));
-        r.k = L.sink_k.data() + size_t(h) * S * d;
-        r.v = L.sink_v.data() + size_t(h) * S * d;
-        r.ld = d;
-        continue;
-      }
-      while (next->id != id) ++next;
-      const Window& w = *next;
-      r.pos0 = S + int64_t(id) * budget_.window;
-      r.n = w.n;
-      if (w.f_slot >= 0) {
-        r.k = f_k(L, w.f_slot, h);
-        r.v = f_v(L, w.f_slot, h);
-        r.ld = d;
-      } else {
-        r.qwin = L.qpool.at(w.q_slot);
-      }
+  KvBlockRef* out = blocks->data();  // [head][block]
+  size_t b = 0;
+  if (S > 0) {
+    for (int h = 0; h < H; ++h) {
+      KvBlockRef r;
+      r.n = int32_t(std::min<int64_t>(S, total));
+      r.k = L.sink_k.data() + size_t(h) * S * d;
+      r.v = L.sink_v.data() + size_t(h) * S * d;
+      r.ld = d;
+      out[size_t(h) * nb] = r;
     }
+    ++b;
+  }
+  // One walk of the entries: a window's slot is looked up once for all its heads (a head's
+  // keys, or values, are W·d halfs after the previous head's).
+  const size_t head_halfs = size_t(budget_.window) * d;
+  for (const Window& w : L.windows) {
+    if (w.tier == Tier::kEvicted) continue;
+    KvBlockRef r;
+    r.pos0 = S + int64_t(w.id) * budget_.window;
+    r.n = w.n;
+    if (w.f_slot >= 0) {
+      const uint16_t* k0 = f_k(L, w.f_slot, 0);
+      const uint16_t* v0 = k0 + size_t(H) * head_halfs;  // f_v(L, slot, 0)
+      r.ld = d;
+      for (int h = 0; h < H; ++h) {
+        r.k = k0 + size_t(h) * head_halfs;
+        r.v = v0 + size_t(h) * head_halfs;
+        out[size_t(h) * nb + b] = r;
+      }
+    } else {
+      r.qwin = L.qpool.at(w.q_slot);
+      for (int h = 0; h < H; ++h) out[size_t(h) * nb + b] = r;
+    }
+    ++b;
   }
 }
 
