@@ -29,20 +29,22 @@ WindowStore::WindowStore(const KvShape& shape, const KvBudget& budget, const Qua
   }
 }
 
+size_t WindowStore::lower(const Layer& L, int32_t id) {
+  return size_t(std::lower_bound(L.windows.begin(), L.windows.end(), id,
+                                 [](const Window& w, int32_t x) { return w.id < x; }) -
+                L.windows.begin());
+}
 WindowStore::Window* WindowStore::find(Layer& L, int32_t id) {
-  auto it = std::lower_bound(L.windows.begin(), L.windows.end(), id,
-                             [](const Window& w, int32_t i) { return w.id < i; });
-  return it != L.windows.end() && it->id == id ? &*it : nullptr;
+  const size_t i = lower(L, id);
+  return i < L.windows.size() && L.windows[i].id == id ? &L.windows[i] : nullptr;
 }
 const WindowStore::Window* WindowStore::find(const Layer& L, int32_t id) {
   return find(const_cast<Layer&>(L), id);
 }
 WindowStore::Window* WindowStore::seek(Layer& L, size_t& i, int32_t id) {
   const size_t n = L.windows.size();
-  if (i > n || (i > 0 && L.windows[i - 1].id >= id)) {
-    i = size_t(std::lower_bound(L.windows.begin(), L.windows.end(), id,
-                                [](const Window& w, int32_t x) { return w.id < x; }) -
-               L.windows.begin());
+  if (i > 0 && L.windows[i - 1].id >= id) {
+    i = lower(L, id);  // behind the cursor
   } else {
     while (i < n && L.windows[i].id < id) ++i;
   }
@@ -135,7 +137,7 @@ void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlock
     r.n = w.n;
     if (w.f_slot >= 0) {
       const uint16_t* k0 = f_k(L, w.f_slot, 0);
-      const uint16_t* v0 = k0 + size_t(H) * head_halfs;  // f_v(L, slot, 0)
+      const uint16_t* v0 = f_v(L, w.f_slot, 0);
       r.ld = d;
       for (int h = 0; h < H; ++h) {
         r.k = k0 + size_t(h) * head_halfs;

@@ -121,6 +121,7 @@ class WindowStore {
                                             // may route on different threads)
   };
 
+  static size_t lower(const Layer& L, int32_t id);  // index of the first window with id >= id
   static Window* find(Layer& L, int32_t id);
   static const Window* find(const Layer& L, int32_t id);
   // find() for ids sought in ascending order from cursor i (0 at first): a forward walk,
