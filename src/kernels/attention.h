@@ -84,11 +84,12 @@ struct BlockAttnScratch {
   std::vector<float> block_ml;         // f32 [tile][blocks][group][2]
   std::vector<float> gml;              // f32 [tile][n_kv_heads][group][2]: each head's (M, L)
   std::vector<int64_t> unit_off;       // mass units (blocks or tokens) before each block
+  std::vector<int64_t> seg_lo;         // [n_kv_heads][segments + 1]: each segment's first block
   std::vector<const uint16_t*> tok_k;  // token masses: every unit's key row
   std::vector<int64_t> tok_pos;        // and position
   size_t bytes() const {
     return (parts.capacity() + block_ml.capacity() + gml.capacity()) * 4 +
-           (unit_off.capacity() + tok_pos.capacity()) * 8 +
+           (unit_off.capacity() + seg_lo.capacity() + tok_pos.capacity()) * 8 +
            tok_k.capacity() * sizeof(const uint16_t*);
   }
   // Gives the memory back (after a prefill chunk: decode needs far less).
