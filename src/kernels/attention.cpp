@@ -3,6 +3,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -536,20 +537,38 @@ void token_masses(const FusedAttnParams& fp, int H, const float* q, int64_t ldq,
 
 }  // namespace
 
-void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, int64_t ldq,
-                   int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
-                   float* out, double* mass, MassLayout layout, BlockAttnScratch& sc,
-                   ThreadPool& pool) {
+namespace {
+
+// The KV heads' block lists: per head (blocks[head_off[h], head_off[h + 1])), or one list of
+// `shared` blocks for every head (shared >= 0; attend_shared_blocks).
+struct HeadLists {
+  const KvBlockRef* blocks;
+  const int64_t* head_off;
+  int64_t shared;
+  const KvBlockRef* list(int64_t h) const { return shared >= 0 ? blocks : blocks + head_off[h]; }
+  int64_t count(int64_t h) const { return shared >= 0 ? shared : head_off[h + 1] - head_off[h]; }
+  // Blocks of the heads before h: where head h's part of the masses and block_ml starts.
+  int64_t first(int64_t h) const { return shared >= 0 ? h * shared : head_off[h]; }
+};
+
+void attend_lists(const FusedAttnParams& fp, int n_kv_heads, const float* q, int64_t ldq,
+                  int64_t n_q, int64_t qpos0, const HeadLists& hl, float* out, double* mass,
+                  MassLayout layout, BlockAttnScratch& sc, ThreadPool& pool) {
   const int H = n_kv_heads, g = fp.group, d = fp.head_dim, st = attn_state_stride(d);
+  const bool shared = hl.shared >= 0;
+  assert(!(shared && fp.token_ml));
   int64_t nb_max = 0;
-  for (int h = 0; h < H; ++h) nb_max = std::max(nb_max, head_off[h + 1] - head_off[h]);
-  const int64_t n_blocks = head_off[H];
-  // Mass units: blocks, or (token_ml) tokens; unit_off[b] = units before block b.
+  for (int h = 0; h < H; ++h) nb_max = std::max(nb_max, hl.count(h));
+  const int64_t n_blocks = hl.first(H);  // every head's blocks
+  // Mass units: blocks, or (token_ml, per-head lists only) tokens; unit(b) = units before
+  // block b of the heads' lists one after another (blocks: b itself, no table to fill).
   std::vector<int64_t>& unit_off = sc.unit_off;
-  unit_off.resize(size_t(n_blocks) + 1);
-  unit_off[0] = 0;
-  for (int64_t b = 0; b < n_blocks; ++b)
-    unit_off[b + 1] = unit_off[b] + (fp.token_ml ? blocks[b].n : 1);
+  if (fp.token_ml) {
+    unit_off.resize(size_t(n_blocks) + 1);
+    unit_off[0] = 0;
+    for (int64_t b = 0; b < n_blocks; ++b) unit_off[b + 1] = unit_off[b] + hl.blocks[b].n;
+  }
+  const auto unit = [&](int64_t b) { return fp.token_ml ? unit_off[size_t(b)] : b; };
   // Outer tiles of query tokens bound the per-block scratch. Inside a tile, a task is
   // (KV head, run of up to kRun queries, segment of blocks): the run shares every decoded
   // low-bit window; segments split the blocks only when runs × heads are too few for the
@@ -560,9 +579,9 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
   // query, head and token written during it — n_q × tokens × g pairs, the bulk of the work
   // at long context.
   bool direct = mass && fp.token_ml;
-  for (int64_t b = 0; b < n_blocks && direct; ++b) direct = blocks[b].k != nullptr;
+  for (int64_t b = 0; b < n_blocks && direct; ++b) direct = hl.blocks[b].k != nullptr;
   const bool use_ml = mass && !direct;
-  const int64_t ml_tok = unit_off[n_blocks] * g * 2;  // block_ml floats per query token
+  const int64_t ml_tok = unit(n_blocks) * g * 2;  // block_ml floats per query token
   const int64_t T =
       use_ml ? std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(ml_tok, 1), 1, n_q) : n_q;
   for (int64_t t0 = 0; t0 < n_q; t0 += T) {
@@ -581,8 +600,7 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
     // thread that took the last one finished ~5 % of the attention's time after the other.
     sc.seg_lo.resize(size_t(H) * (segs + 1));
     for (int h = 0; h < H; ++h)
-      segment_starts(blocks + head_off[h], head_off[h + 1] - head_off[h], segs,
-                     sc.seg_lo.data() + size_t(h) * (segs + 1));
+      segment_starts(hl.list(h), hl.count(h), segs, sc.seg_lo.data() + size_t(h) * (segs + 1));
     if (use_ml) sc.block_ml.resize(size_t(tn) * ml_tok);
     float* block_ml = use_ml ? sc.block_ml.data() : nullptr;
     // Tasks in (run, segment, head) order, heads innermost, and chunks of at least H tasks:
@@ -601,15 +619,28 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
         const int64_t bhi = sc.seg_lo[size_t(h) * (segs + 1) + s + 1];
         FusedAttnParams hp = fp;
         hp.kv_head = int(h);
+        // A shared list's 16-bit blocks point at head 0's rows: head h's entries, made here
+        // (a segment's worth, in this thread's cache) rather than by the caller for all heads.
+        const KvBlockRef* seg_blocks = hl.list(h) + blo;
+        if (shared && h > 0) {
+          thread_local std::vector<KvBlockRef> own;
+          own.assign(seg_blocks, seg_blocks + (bhi - blo));
+          for (KvBlockRef& r : own)
+            if (r.k) {
+              const int64_t off = h * int64_t(r.head_rows) * r.ld;
+              r.k += off;
+              r.v += off;
+            }
+          seg_blocks = own.data();
+        }
         // The run's states are strided by heads × segs in parts: gather them contiguously.
         thread_local std::vector<float> run_state;
         run_state.resize(size_t(nq) * g * st);
         for (int64_t i = 0; i < nq; ++i) attn_state_init(run_state.data() + i * g * st, g, d);
         fused_attention_partial(
-            hp, q + (t0 + i0) * ldq + h * g * d, ldq, int(nq), qpos0 + t0 + i0,
-            blocks + head_off[h] + blo, int(bhi - blo), run_state.data(),
-            block_ml ? block_ml + size_t(i0) * ml_tok + unit_off[head_off[h] + blo] * g * 2
-                     : nullptr,
+            hp, q + (t0 + i0) * ldq + h * g * d, ldq, int(nq), qpos0 + t0 + i0, seg_blocks,
+            int(bhi - blo), run_state.data(),
+            block_ml ? block_ml + size_t(i0) * ml_tok + unit(hl.first(h) + blo) * g * 2 : nullptr,
             ml_tok);
         for (int64_t i = 0; i < nq; ++i)
           std::memcpy(sc.parts.data() + ((size_t(i0 + i) * H + h) * segs + s) * g * st,
@@ -625,8 +656,8 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
                    sc.gml.data() + (size_t(t) * H + h) * g * 2);
     if (!mass) continue;
     if (direct) {
-      token_masses(fp, H, q + t0 * ldq, ldq, tn, qpos0 + t0, blocks, head_off, unit_off.data(),
-                   sc.gml.data(), mass, layout, sc, pool);
+      token_masses(fp, H, q + t0 * ldq, ldq, tn, qpos0 + t0, hl.blocks, hl.head_off,
+                   unit_off.data(), sc.gml.data(), mass, layout, sc, pool);
       continue;
     }
     // Block (m_b, l_b) into masses, m_b += l_b · exp(m_b − M) / L (attn_block_mass), each
@@ -636,7 +667,7 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
     const bool per_head = layout == MassLayout::kPerHeadBlock;
     int64_t nu_max = 0;
     for (int h = 0; h < H; ++h)
-      nu_max = std::max(nu_max, unit_off[head_off[h + 1]] - unit_off[head_off[h]]);
+      nu_max = std::max(nu_max, unit(hl.first(h + 1)) - unit(hl.first(h)));
     constexpr int64_t kUnitChunk = 512;
     const int64_t chunks = (nu_max + kUnitChunk - 1) / kUnitChunk;
     // Tasks: (head, chunk) when heads write their own masses, else chunks of the shared ones.
@@ -647,7 +678,7 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
         const int h_lo = per_head ? int(k / chunks) : 0, h_hi = per_head ? h_lo + 1 : H;
         for (int64_t t = 0; t < tn; ++t)
           for (int h = h_lo; h < h_hi; ++h) {
-            const int64_t u0 = unit_off[head_off[h]], nu = unit_off[head_off[h + 1]] - u0;
+            const int64_t u0 = unit(hl.first(h)), nu = unit(hl.first(h + 1)) - u0;
             const int64_t b0 = c * kUnitChunk, b1 = std::min(nu, b0 + kUnitChunk);
             const float* ml = block_ml + size_t(t) * ml_tok + u0 * g * 2;
             double* mh = per_head ? mass + u0 : mass;
@@ -669,6 +700,24 @@ void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, in
       }
     });
   }
+}
+
+}  // namespace
+
+void attend_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, int64_t ldq,
+                   int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
+                   float* out, double* mass, MassLayout layout, BlockAttnScratch& sc,
+                   ThreadPool& pool) {
+  attend_lists(fp, n_kv_heads, q, ldq, n_q, qpos0, HeadLists{blocks, head_off, -1}, out, mass,
+               layout, sc, pool);
+}
+
+void attend_shared_blocks(const FusedAttnParams& fp, int n_kv_heads, const float* q, int64_t ldq,
+                          int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, int64_t n_blocks,
+                          float* out, double* mass, MassLayout layout, BlockAttnScratch& sc,
+                          ThreadPool& pool) {
+  attend_lists(fp, n_kv_heads, q, ldq, n_q, qpos0, HeadLists{blocks, nullptr, n_blocks}, out, mass,
+               layout, sc, pool);
 }
 
 }  // namespace qevict

@@ -29,6 +29,9 @@ namespace qevict {
 struct KvBlockRef {
   int64_t pos0 = 0;  // position of the block's first token
   int32_t n = 0;     // tokens in the block
+  // 16-bit source in a list every KV head shares (attend_shared_blocks): head h's rows start
+  // h · head_rows · ld halfs after k (and v). Unused in per-head lists.
+  int32_t head_rows = 0;
   // 16-bit source: post-RoPE keys and values, rows of head_dim at stride ld (in halfs).
   const uint16_t* k = nullptr;
   const uint16_t* v = nullptr;
@@ -121,5 +124,16 @@ void attend_blocks(const FusedAttnParams& p, int n_kv_heads, const float* q, int
                    int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, const int64_t* head_off,
                    float* out, double* mass, MassLayout layout, BlockAttnScratch& scratch,
                    ThreadPool& pool);
+
+// attend_blocks over one list of n_blocks blocks that every KV head shares (a tiered cache's
+// windows span all heads): 16-bit blocks give head h's rows at h · head_rows · ld halfs past
+// k and v, low-bit windows hold every head's part. The same results as attend_blocks over
+// per-head lists with those pointers (mass layouts as there, kPerHeadBlock: mass[h·n_blocks
+// + b]), with one entry a block for the caller to write instead of one per block and head.
+// Needs !p.token_ml.
+void attend_shared_blocks(const FusedAttnParams& p, int n_kv_heads, const float* q, int64_t ldq,
+                          int64_t n_q, int64_t qpos0, const KvBlockRef* blocks, int64_t n_blocks,
+                          float* out, double* mass, MassLayout layout, BlockAttnScratch& scratch,
+                          ThreadPool& pool);
 
 }  // namespace qevict

@@ -38,12 +38,10 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
     store_.store_token(layer, n_past_ + t, k + t * kvw, v + t * kvw);
   store_.attention_blocks(layer, n_past_ + n_new_, &blocks_, &block_window_);
   const int64_t nb = int64_t(block_window_.size());
-  head_off_.resize(size_t(H) + 1);
-  for (int h = 0; h <= H; ++h) head_off_[h] = h * nb;
   const FusedAttnParams fp = fused_params();
   mass_.assign(size_t(nb), 0.0);
-  attend_blocks(fp, H, q, shape_.q_width(), n_new_, n_past_, blocks_.data(), head_off_.data(), out,
-                mass_.data(), MassLayout::kSumOverHeads, attn_, pool);
+  attend_shared_blocks(fp, H, q, shape_.q_width(), n_new_, n_past_, blocks_.data(), nb, out,
+                       mass_.data(), MassLayout::kSumOverHeads, attn_, pool);
   if (observing()) return observe(layer, q, pool);
   // S̄(w) += (1/H_q) Σ_h Σ_τ Σ_{i∈w} a_τ^h(i): masses were summed over heads and tokens.
   const double inv_hq = 1.0 / shape_.n_q_heads;
@@ -97,9 +95,9 @@ void TieredKvCache::observe(int layer, const float* q, ThreadPool& pool) {
   const FusedAttnParams fp = fused_params();
   obs_out_.resize(size_t(n_obs) * qw);
   mass_.assign(size_t(nb), 0.0);
-  attend_blocks(fp, shape_.n_kv_heads, ring, qw, n_obs, n_past_ + n_new_ - n_obs, blocks_.data(),
-                head_off_.data(), obs_out_.data(), mass_.data(), MassLayout::kSumOverHeads, attn_,
-                pool);
+  attend_shared_blocks(fp, shape_.n_kv_heads, ring, qw, n_obs, n_past_ + n_new_ - n_obs,
+                       blocks_.data(), nb, obs_out_.data(), mass_.data(), MassLayout::kSumOverHeads,
+                       attn_, pool);
   store_.reset_scores(layer);
   const double inv_hq = 1.0 / shape_.n_q_heads;
   store_.add_scores(layer, block_window_.data(), mass_.data(), nb, inv_hq);
@@ -238,8 +236,8 @@ size_t TieredKvCache::bytes_held() const {
                          plan_.entries.capacity() * sizeof(PlanEntry) + route_threads_.bytes();
   return sizeof(*this) + rope_.bytes() + store_.bytes_allocated() + attn_.bytes() +
          mass_.capacity() * sizeof(double) + blocks_.capacity() * sizeof(KvBlockRef) +
-         block_window_.capacity() * sizeof(int32_t) + head_off_.capacity() * sizeof(int64_t) +
-         routing + (obs_q_.capacity() + obs_out_.capacity()) * sizeof(float);
+         block_window_.capacity() * sizeof(int32_t) + routing +
+         (obs_q_.capacity() + obs_out_.capacity()) * sizeof(float);
 }
 
 std::string TieredKvCache::describe() const {

@@ -122,7 +122,6 @@ class TieredKvCache final : public SequenceKvCache {
   // Attention scratch.
   std::vector<KvBlockRef> blocks_;
   std::vector<int32_t> block_window_;  // window id of each block (-1: sink)
-  std::vector<int64_t> head_off_;
   std::vector<double> mass_;
   BlockAttnScratch attn_;
 };

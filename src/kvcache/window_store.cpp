@@ -107,48 +107,34 @@ void WindowStore::store_token(int layer, int64_t pos, const float* k, const floa
 void WindowStore::attention_blocks(int layer, int64_t total, std::vector<KvBlockRef>* blocks,
                                    std::vector<int32_t>* block_window) const {
   const Layer& L = layers_[layer];
-  const int H = shape_.n_kv_heads, d = shape_.head_dim, S = budget_.sink;
+  const int d = shape_.head_dim, S = budget_.sink;
   block_window->clear();
-  if (S > 0) block_window->push_back(-1);
-  for (const Window& w : L.windows)
-    if (w.tier != Tier::kEvicted) block_window->push_back(w.id);
-  const size_t nb = block_window->size();
-  blocks->resize(size_t(H) * nb);
-  KvBlockRef* out = blocks->data();  // [head][block]
-  size_t b = 0;
+  blocks->clear();  // one entry a block for every KV head (head_rows)
   if (S > 0) {
-    for (int h = 0; h < H; ++h) {
-      KvBlockRef r;
-      r.n = int32_t(std::min<int64_t>(S, total));
-      r.k = L.sink_k.data() + size_t(h) * S * d;
-      r.v = L.sink_v.data() + size_t(h) * S * d;
-      r.ld = d;
-      out[size_t(h) * nb] = r;
-    }
-    ++b;
+    KvBlockRef r;
+    r.n = int32_t(std::min<int64_t>(S, total));
+    r.k = L.sink_k.data();
+    r.v = L.sink_v.data();
+    r.ld = d;
+    r.head_rows = S;  // head h's sink rows are S·d halfs after head h − 1's
+    blocks->push_back(r);
+    block_window->push_back(-1);
   }
-  // One walk of the entries: a window's slot is looked up once for all its heads (a head's
-  // keys, or values, are W·d halfs after the previous head's).
-  const size_t head_halfs = size_t(budget_.window) * d;
   for (const Window& w : L.windows) {
     if (w.tier == Tier::kEvicted) continue;
     KvBlockRef r;
     r.pos0 = S + int64_t(w.id) * budget_.window;
     r.n = w.n;
     if (w.f_slot >= 0) {
-      const uint16_t* k0 = f_k(L, w.f_slot, 0);
-      const uint16_t* v0 = f_v(L, w.f_slot, 0);
+      r.k = f_k(L, w.f_slot, 0);
+      r.v = f_v(L, w.f_slot, 0);
       r.ld = d;
-      for (int h = 0; h < H; ++h) {
-        r.k = k0 + size_t(h) * head_halfs;
-        r.v = v0 + size_t(h) * head_halfs;
-        out[size_t(h) * nb + b] = r;
-      }
+      r.head_rows = budget_.window;  // a head's keys (values) are W·d halfs after the last's
     } else {
       r.qwin = L.qpool.at(w.q_slot);
-      for (int h = 0; h < H; ++h) out[size_t(h) * nb + b] = r;
     }
-    ++b;
+    blocks->push_back(r);
+    block_window->push_back(w.id);
   }
 }
 

@@ -55,9 +55,10 @@ class WindowStore {
   // Writes one token's keys/values (f32 [n_kv_heads][head_dim] each) at position pos.
   void store_token(int layer, int64_t pos, const float* k, const float* v);
 
-  // The attention blocks of every KV head over the sink and every kept window, in position
-  // order: blocks [n_kv_heads][nb], block_window[b] = window id (-1: sink). `total` = tokens
-  // written so far including the current call.
+  // The attention blocks over the sink and every kept window, in position order, one entry
+  // a block for every KV head (attend_shared_blocks: 16-bit rows of head h at h·head_rows·ld
+  // halfs, low-bit windows with every head's part): block_window[b] = window id (-1: sink).
+  // `total` = tokens written so far including the current call.
   void attention_blocks(int layer, int64_t total, std::vector<KvBlockRef>* blocks,
                         std::vector<int32_t>* block_window) const;
   // Adds attention mass to a window's score (id -1: the sink).

@@ -333,6 +333,90 @@ TEST(AttendBlocks, TokenMassesMatchDirectSoftmaxAndDoNotDependOnThreads) {
   }
 }
 
+// One list every KV head shares (a tiered cache's: sink, 16-bit windows whose heads lie
+// head_rows rows apart, low-bit windows with every head's part, a partial last window) gives
+// bit for bit what per-head lists with each head's pointers give: outputs and masses, both
+// layouts, decode (split into segments) and a run of queries, the threads as they come.
+TEST(AttendBlocks, SharedListEqualsPerHeadLists) {
+  const int H = 3, g = 3, d = 64, W = 8, S = 4;
+  RopeParams rp;
+  rp.n_rot = d;
+  rp.freq_base = 10000.0f;
+  RopeTable rope(rp, d, 4096);
+  QuantLayout ql{4, H, d, W, 0, 2};
+  ASSERT_TRUE(ql.validate().is_ok());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int n_win = 37;  // the last one partial
+  const int64_t n_tok = S + int64_t(n_win - 1) * W + 5;
+  std::vector<uint16_t> sink_k(size_t(H) * S * d), sink_v(sink_k.size());
+  for (auto& x : sink_k) x = ref::float_to_half(HalfType::kF16, dist(rng));
+  for (auto& x : sink_v) x = ref::float_to_half(HalfType::kF16, dist(rng));
+  // Window i: 16-bit when i % 3 == 0 or i >= 33 (the recent ones), else low-bit.
+  std::vector<std::vector<uint16_t>> fk(n_win), fv(n_win);
+  std::vector<std::vector<uint8_t>> qw(n_win);
+  std::vector<KvBlockRef> shared;
+  KvBlockRef sink;
+  sink.n = S, sink.k = sink_k.data(), sink.v = sink_v.data(), sink.ld = d, sink.head_rows = S;
+  shared.push_back(sink);
+  for (int i = 0; i < n_win; ++i) {
+    KvBlockRef r;
+    r.pos0 = S + int64_t(i) * W;
+    r.n = i + 1 < n_win ? W : 5;
+    if (i % 3 == 0 || i >= 33) {
+      fk[i].resize(size_t(H) * W * d);
+      fv[i].resize(fk[i].size());
+      for (auto& x : fk[i]) x = ref::float_to_half(HalfType::kF16, 2.0f * dist(rng));
+      for (auto& x : fv[i]) x = ref::float_to_half(HalfType::kF16, dist(rng));
+      r.k = fk[i].data(), r.v = fv[i].data(), r.ld = d, r.head_rows = W;
+    } else {
+      std::vector<float> k(size_t(W) * H * d), v(k.size());
+      for (auto& x : k) x = 2.0f * dist(rng);
+      for (auto& x : v) x = dist(rng);
+      qw[i].resize(ql.window_bytes());
+      quantize_window(ql, k.data(), v.data(), r.n, qw[i].data());
+      r.qwin = qw[i].data();
+    }
+    shared.push_back(r);
+  }
+  const int64_t nb = int64_t(shared.size());
+  std::vector<KvBlockRef> per_head;
+  std::vector<int64_t> head_off{0};
+  for (int h = 0; h < H; ++h) {
+    for (KvBlockRef r : shared) {
+      if (r.k) r.k += int64_t(h) * r.head_rows * r.ld, r.v += int64_t(h) * r.head_rows * r.ld;
+      r.head_rows = 0;
+      per_head.push_back(r);
+    }
+    head_off.push_back(int64_t(per_head.size()));
+  }
+  FusedAttnParams p = FusedAttnParams::make(HalfType::kF16, g, d);
+  p.qlayout = &ql;
+  p.rope = &rope;
+  const int64_t ldq = int64_t(H) * g * d;
+  ThreadPool pool(2);
+  for (int64_t n_q : {int64_t(1), int64_t(5)}) {
+    const int64_t qpos0 = n_tok - n_q;
+    std::vector<float> q(size_t(n_q) * ldq);
+    for (auto& x : q) x = dist(rng);
+    for (MassLayout layout : {MassLayout::kPerHeadBlock, MassLayout::kSumOverHeads}) {
+      const size_t n_mass = layout == MassLayout::kPerHeadBlock ? size_t(H * nb) : size_t(nb);
+      std::vector<float> out_a(q.size()), out_b(q.size());
+      std::vector<double> mass_a(n_mass, 0.0), mass_b(n_mass, 0.0);
+      BlockAttnScratch sa, sb;
+      attend_blocks(p, H, q.data(), ldq, n_q, qpos0, per_head.data(), head_off.data(), out_a.data(),
+                    mass_a.data(), layout, sa, pool);
+      attend_shared_blocks(p, H, q.data(), ldq, n_q, qpos0, shared.data(), nb, out_b.data(),
+                           mass_b.data(), layout, sb, pool);
+      ASSERT_EQ(out_a, out_b) << "n_q " << n_q;
+      ASSERT_EQ(mass_a, mass_b) << "n_q " << n_q;
+      double total = 0.0;
+      for (double m : mass_a) total += m;
+      EXPECT_NEAR(total, double(n_q) * H * g, 1e-4);  // every query head's mass sums to 1
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FusedAttention,
     // The second shape: a larger head dim within the first's group × dim, past position 256
