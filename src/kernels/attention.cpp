@@ -599,8 +599,14 @@ void attend_lists(const FusedAttnParams& fp, int n_kv_heads, const float* q, int
     // tiered cache's first windows, mostly 16-bit, ~15 % costlier than the rest, and the
     // thread that took the last one finished ~5 % of the attention's time after the other.
     sc.seg_lo.resize(size_t(H) * (segs + 1));
-    for (int h = 0; h < H; ++h)
-      segment_starts(hl.list(h), hl.count(h), segs, sc.seg_lo.data() + size_t(h) * (segs + 1));
+    for (int h = 0; h < H; ++h) {
+      int64_t* lo = sc.seg_lo.data() + size_t(h) * (segs + 1);
+      if (shared && h > 0) {  // one list: the same cuts (two walks of it, not 2·H)
+        std::copy(sc.seg_lo.data(), sc.seg_lo.data() + segs + 1, lo);
+      } else {
+        segment_starts(hl.list(h), hl.count(h), segs, lo);
+      }
+    }
     if (use_ml) sc.block_ml.resize(size_t(tn) * ml_tok);
     float* block_ml = use_ml ? sc.block_ml.data() : nullptr;
     // Tasks in (run, segment, head) order, heads innermost, and chunks of at least H tasks:
