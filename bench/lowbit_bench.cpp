@@ -102,21 +102,31 @@ void BM_QwinPv(benchmark::State& st) {
 // (qwin_scores, table rows lo + t) then P·V from the value codes, with the attention
 // kernel's prefetch of the part `ahead` windows ahead. One item = one window of one KV
 // head, the unit a decode step repeats ~39,000 times at 8K positions on a 0.2 budget.
-// Args {windows, ahead, huge, sequential, planes}: the first four as above; planes 1 = a
-// pool of one KV head's parts only (672 B apart: what a layout with one plane per head
-// would give), 0 = windows of 3 heads side by side (2,016 B), as the pool holds them.
+// Args {windows, ahead, huge, sequential, planes[, i8]}: the first four as above; planes 1 =
+// a pool of one KV head's parts only (672 B apart: what a layout with one plane per head
+// would give), 0 = windows of 3 heads side by side (2,016 B), as the pool holds them; i8 1 =
+// P·V by qwin_pv_accumulate_i8 (8-bit weights, VNNI; skipped where the CPU lacks it).
 void BM_DecodeWindowK4V2(benchmark::State& st) {
   const size_t n = size_t(st.range(0)), ahead = size_t(st.range(1));
   const bool planes = st.range(4) != 0;
+  const bool i8 = st.range(5) != 0;
   const int h = planes ? 0 : 1;
   const Pool p(n, st.range(2) != 0, st.range(3) != 0, QuantLayout{4, planes ? 1 : 3, 64, 8, 0, 2});
+  if (i8 && !qwin_pv_i8_supported(p.L, 3)) {
+    st.SkipWithError("no AVX-512 VNNI + VBMI");
+    return;
+  }
   std::vector<float> q(3 * 64, 0.05f), sc(3 * 8), out(3 * 64, 0.0f);
   size_t i = 0;
   for (auto _ : st) {
     if (ahead > 0) p.prefetch(i + ahead, h);
     qwin_scores(p.L, p.win(i), h, 8, p.rope, int(i % 32) * 8, q.data(), 64, 3, 0.125f, sc.data(),
                 8);
-    qwin_pv_accumulate(p.L, p.win(i), h, 8, sc.data(), 8, 3, out.data(), 64);
+    if (i8) {
+      qwin_pv_accumulate_i8(p.L, p.win(i), h, 8, sc.data(), 8, 3, out.data(), 64);
+    } else {
+      qwin_pv_accumulate(p.L, p.win(i), h, 8, sc.data(), 8, 3, out.data(), 64);
+    }
     benchmark::DoNotOptimize(out.data());
     i = (i + 1) % n;
   }
@@ -163,12 +173,13 @@ void Shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_QwinKeys)->Apply(Shapes);
 BENCHMARK(BM_QwinPv)->Apply(Shapes);
 BENCHMARK(BM_DecodeWindowK4V2)
-    ->Args({1, 0, 0, 0, 0})
-    ->Args({65536, 3, 0, 0, 0})
-    ->Args({65536, 3, 0, 1, 0})
-    ->Args({65536 * 3, 0, 0, 1, 1})
-    ->Args({65536 * 3, 3, 0, 1, 1})
-    ->Args({65536 * 3, 8, 0, 1, 1});
+    ->Args({1, 0, 0, 0, 0, 0})
+    ->Args({1, 0, 0, 0, 0, 1})
+    ->Args({65536, 3, 0, 0, 0, 0})
+    ->Args({65536, 3, 0, 1, 0, 0})
+    ->Args({65536 * 3, 0, 0, 1, 1, 0})
+    ->Args({65536 * 3, 3, 0, 1, 1, 0})
+    ->Args({65536 * 3, 8, 0, 1, 1, 0});
 BENCHMARK(BM_DecodeSegK4V2)
     ->Args({65536, 1, 0})
     ->Args({65536, 1, 1})

@@ -203,6 +203,9 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   // (prefill) decodes the run's values once and sums the rows for each query. The two round
   // differently (ulps, tested): a query's output depends on whether it is alone.
   const bool pv_from_codes = p.qlayout && nq == 1 && qwin_pv_supported(*p.qlayout, g);
+  // ...with the weights in 8 bits where the CPU and the layout allow (qwin_pv_accumulate_i8:
+  // INT2 values, AVX-512 VNNI; QEVICT_PV_INT8=0 keeps the float path).
+  const bool pv_i8 = pv_from_codes && qwin_pv_i8_supported(*p.qlayout, g);
   // One query (decode) decodes each low-bit window's keys just before scoring them, into a
   // window-sized buffer that stays in L1; a run of queries decodes the run's keys once for
   // all of them. The decoded values and the scoring are the same either way.
@@ -448,8 +451,14 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
           for (int b = sp.b, ob = o; b < sp.e && ob < o + n; ob += blocks[b].n, ++b) {
             if (b + kPrefetchAhead < b1 && !blocks[b + kPrefetchAhead].k)
               prefetch_values(*p.qlayout, blocks[b + kPrefetchAhead].qwin, p.kv_head);
-            qwin_pv_accumulate(*p.qlayout, blocks[b].qwin, p.kv_head,
-                               std::min(blocks[b].n, o + n - ob), sc + ob, R, g, si + 2, st);
+            const int nb = std::min(blocks[b].n, o + n - ob);
+            if (pv_i8) {
+              qwin_pv_accumulate_i8(*p.qlayout, blocks[b].qwin, p.kv_head, nb, sc + ob, R, g,
+                                    si + 2, st);
+            } else {
+              qwin_pv_accumulate(*p.qlayout, blocks[b].qwin, p.kv_head, nb, sc + ob, R, g, si + 2,
+                                 st);
+            }
           }
         } else {
           pv_accumulate_f32(pb, R, g, vbuf.data() + size_t(o) * d, d, n, d, si + 2, st);

@@ -59,6 +59,23 @@ bool qwin_pv_supported(const QuantLayout& L, int g);
 void qwin_pv_accumulate(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
                         int64_t ldp, int g, float* out, int64_t ldo);
 
+// qwin_pv_accumulate with the weights in 8 bits (simd/lowbit_i8.cpp; AVX-512 VNNI + VBMI):
+// for each query head j, w_t = p[j·ldp + t]·s_t (s_t, z_t: token t's value scale and zero),
+// wmax = max_t |w_t|; q_t = round-to-nearest-even(w_t · (127 / wmax)), f = wmax / 127; then
+//   out[j][c] += fma(float(Σ_t q_t·code_t[c]), f, zsum),  zsum = Σ_t p_t·z_t (fmas in token
+// order, from 0), the integer sum exact. When wmax < kPvI8MinWeight (or is NaN) only zsum
+// is added. Each weight moves by at most wmax/254. Bit for bit ref::qwin_pv_accumulate_i8.
+// qwin_pv_i8_layout: INT2 values, one value group a row, head_dim 64 or 128, 8-token
+// windows, g ≤ 16; qwin_pv_i8_supported: that, a CPU with the extensions, and the path
+// switched on (it is unless QEVICT_PV_INT8=0 is in the environment, or
+// set_qwin_pv_i8_enabled(false)). qwin_pv_accumulate_i8 needs qwin_pv_i8_supported and n ≤ 8.
+constexpr float kPvI8MinWeight = 1e-30f;
+bool qwin_pv_i8_layout(const QuantLayout& L, int g);
+bool qwin_pv_i8_supported(const QuantLayout& L, int g);
+void set_qwin_pv_i8_enabled(bool on);
+void qwin_pv_accumulate_i8(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
+                           int64_t ldp, int g, float* out, int64_t ldo);
+
 // Rotates n rows of d floats: out[r][c] = x[r][c]·cosx[c] + x[r][partner(c)]·sinx[c] with
 // expanded cos/sin (RopeTable::expanded); inverse = true rotates by the opposite angle
 // (negated sinx). x and out must not overlap.

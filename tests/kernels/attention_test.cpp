@@ -10,7 +10,10 @@
 #include <random>
 #include <vector>
 
+#include "core/f16.h"
 #include "core/thread_pool.h"
+#include "kernels/kv_quant.h"
+#include "kernels/lowbit.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/ops_ref.h"
 
@@ -96,39 +99,59 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
   std::vector<float> q(size_t(g) * d);
   for (auto& x : q) x = dist(rng);
   const int nb = int(blocks.size());
-  for (int64_t qrel : {int64_t(99), int64_t(50), int64_t(24), int64_t(3)}) {
-    const int64_t qpos = sh.pos_base + qrel;
-    std::vector<float> want(size_t(g) * d), want_mass(size_t(nb) * g);
-    ref::attention_materialized(p, q.data(), qpos, blocks.data(), nb, want.data(),
-                                want_mass.data());
-    // Fused, split into 3 parts at awkward places, then merged.
-    const int cuts[4] = {0, 3, 4, nb};
-    const int st = attn_state_stride(d);
-    std::vector<float> parts(size_t(3) * g * st), ml(size_t(nb) * g * 2);
-    for (int i = 0; i < 3; ++i) {
-      attn_state_init(parts.data() + i * g * st, g, d);
-      fused_attention_partial(p, q.data(), 0, 1, qpos, blocks.data() + cuts[i],
-                              cuts[i + 1] - cuts[i], parts.data() + i * g * st,
-                              ml.data() + size_t(cuts[i]) * g * 2, 0);
-    }
-    std::vector<float> got(size_t(g) * d), gml(size_t(g) * 2);
-    attn_merge(parts.data(), 3, int64_t(g) * st, g, d, got.data(), gml.data());
-    for (int i = 0; i < g * d; ++i)
-      ASSERT_NEAR(got[i], want[i], 2e-5) << "qpos " << qpos << " index " << i;
-    for (int h = 0; h < g; ++h) {
-      double total = 0;
-      for (int b = 0; b < nb; ++b) {
-        const float m = attn_block_mass(ml.data() + (size_t(b) * g + h) * 2, gml.data() + 2 * h);
-        total += m;
-        ASSERT_NEAR(m, want_mass[b * g + h], 1e-6)
-            << "qpos " << qpos << " block " << b << " head " << h;
-        if (blocks[b].pos0 > qpos) {
-          EXPECT_EQ(m, 0.0f);
-        }
+  // With the 8-bit P·V (qwin_pv_accumulate_i8, where the CPU has it) each low-bit window's
+  // weights move by ≤ 1/254 of its largest p·s, so its part of the normalized output by at
+  // most 8 tokens · code 3 · mass_b · max_t s_t / 254 (max p ≤ the window's mass · l). Both
+  // paths are checked: the float one to 2e-5, the 8-bit one to the sum of those bounds.
+  std::vector<float> vscale_max(blocks.size(), 0.0f);
+  for (size_t b = 0; b < blocks.size(); ++b)
+    if (!blocks[b].k)
+      for (int t = 0; t < W; ++t)
+        vscale_max[b] = std::max(
+            vscale_max[b],
+            f16_to_f32(load_f16_bits(blocks[b].qwin + ql.v_scale_off(kv_head), size_t(t))));
+  for (int i8 : {0, 1})
+    for (int64_t qrel : {int64_t(99), int64_t(50), int64_t(24), int64_t(3)}) {
+      if (i8 && !qwin_pv_i8_layout(ql, g)) continue;
+      set_qwin_pv_i8_enabled(i8 != 0);
+      if (i8 && !qwin_pv_i8_supported(ql, g)) continue;  // not on this CPU
+      const int64_t qpos = sh.pos_base + qrel;
+      std::vector<float> want(size_t(g) * d), want_mass(size_t(nb) * g);
+      ref::attention_materialized(p, q.data(), qpos, blocks.data(), nb, want.data(),
+                                  want_mass.data());
+      // Fused, split into 3 parts at awkward places, then merged.
+      const int cuts[4] = {0, 3, 4, nb};
+      const int st = attn_state_stride(d);
+      std::vector<float> parts(size_t(3) * g * st), ml(size_t(nb) * g * 2);
+      for (int i = 0; i < 3; ++i) {
+        attn_state_init(parts.data() + i * g * st, g, d);
+        fused_attention_partial(p, q.data(), 0, 1, qpos, blocks.data() + cuts[i],
+                                cuts[i + 1] - cuts[i], parts.data() + i * g * st,
+                                ml.data() + size_t(cuts[i]) * g * 2, 0);
       }
-      EXPECT_NEAR(total, 1.0, 1e-5) << "masses of head " << h << " at qpos " << qpos;
+      std::vector<float> got(size_t(g) * d), gml(size_t(g) * 2);
+      attn_merge(parts.data(), 3, int64_t(g) * st, g, d, got.data(), gml.data());
+      for (int i = 0; i < g * d; ++i) {
+        float tol = 2e-5f;
+        for (int b = 0; b < nb && i8; ++b)
+          tol += 24.0f / 254.0f * want_mass[size_t(b) * g + i / d] * vscale_max[size_t(b)];
+        ASSERT_NEAR(got[i], want[i], tol) << "qpos " << qpos << " index " << i << " i8 " << i8;
+      }
+      for (int h = 0; h < g; ++h) {
+        double total = 0;
+        for (int b = 0; b < nb; ++b) {
+          const float m = attn_block_mass(ml.data() + (size_t(b) * g + h) * 2, gml.data() + 2 * h);
+          total += m;
+          ASSERT_NEAR(m, want_mass[b * g + h], 1e-6)
+              << "qpos " << qpos << " block " << b << " head " << h;
+          if (blocks[b].pos0 > qpos) {
+            EXPECT_EQ(m, 0.0f);
+          }
+        }
+        EXPECT_NEAR(total, 1.0, 1e-5) << "masses of head " << h << " at qpos " << qpos;
+      }
     }
-  }
+  set_qwin_pv_i8_enabled(true);
 }
 
 // Several queries in one call (prefill): each equals its own single-query run (up to the

@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "core/f16.h"
+#include "kernels/kv_quant.h"
 #include "kernels/ops.h"
 #include "kernels/ref/lowbit_ref.h"
 #include "kernels/ref/ops_ref.h"
@@ -153,6 +156,82 @@ TEST(LowbitPv, MatchesDecodedValuesSummedInDouble) {
               }
             }
   EXPECT_GT(checked, 50);
+}
+
+// qwin_pv_accumulate_i8 (P·V with 8-bit weights, VNNI) against its scalar reference bit for
+// bit, and against decoded values summed in double within the weights' rounding: head dims 64
+// and 128, 1..16 query heads, partial windows, a misaligned window, strided rows with
+// sentinels after them, weights with zeros, negative ones, one head of weights too small to
+// round against, all-zero weights.
+TEST(LowbitPvI8, MatchesScalarReferenceAndDecodedValues) {
+  EXPECT_FALSE(qwin_pv_i8_layout(QuantLayout{2, 2, 64, 8, 0, 4}, 3));   // INT4 values
+  EXPECT_FALSE(qwin_pv_i8_layout(QuantLayout{2, 2, 64, 8, 32, 2}, 3));  // two groups a row
+  EXPECT_FALSE(qwin_pv_i8_layout(QuantLayout{2, 2, 80, 8, 0, 2}, 3));   // head_dim 80
+  EXPECT_FALSE(qwin_pv_i8_layout(QuantLayout{2, 2, 64, 16, 0, 2}, 3));  // 16-token windows
+  EXPECT_FALSE(qwin_pv_i8_layout(QuantLayout{2, 2, 64, 8, 0, 2}, 17));  // 17 query heads
+  EXPECT_TRUE(qwin_pv_i8_layout(QuantLayout{4, 2, 128, 8, 0, 2}, 7));
+  if (!qwin_pv_i8_supported(QuantLayout{4, 2, 64, 8, 0, 2}, 3))
+    GTEST_SKIP() << "no AVX-512 VNNI + VBMI on this CPU (or QEVICT_PV_INT8=0)";
+  set_qwin_pv_i8_enabled(false);
+  EXPECT_FALSE(qwin_pv_i8_supported(QuantLayout{4, 2, 64, 8, 0, 2}, 3));
+  set_qwin_pv_i8_enabled(true);
+  int checked = 0;
+  for (int kbits : {2, 4})
+    for (int d : {64, 128})
+      for (int g : {1, 3, 7, 16}) {
+        QuantLayout L{kbits, 2, d, 8, 0, 2};
+        ASSERT_TRUE(L.validate().is_ok());
+        ASSERT_TRUE(qwin_pv_i8_supported(L, g));
+        std::mt19937 rng(kbits * 1000 + d * 10 + g);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        std::uniform_real_distribution<float> prob(0.0f, 1.0f);
+        std::vector<float> k(size_t(8) * 2 * d), v(k.size());
+        for (auto& x : k) x = dist(rng);
+        for (auto& x : v) x = 2.0f * dist(rng) + 0.5f;
+        std::vector<uint8_t> win(L.window_bytes() + 3);
+        quantize_window(L, k.data(), v.data(), 8, win.data() + 3);
+        for (int n : {8, 5, 1}) {
+          const int64_t ldp = 11, ldo = d + 5;
+          std::vector<float> p(size_t(g) * ldp);
+          for (auto& x : p) x = prob(rng);
+          p[0] = 0.0f;                        // a zero weight
+          if (g > 1) p[ldp + n - 1] = -0.5f;  // a negative one
+          if (g > 2)                          // a head below kPvI8MinWeight
+            for (int t = 0; t < n; ++t) p[2 * ldp + t] = 1e-38f;
+          if (g > 3)  // a head of zeros
+            for (int t = 0; t < n; ++t) p[3 * ldp + t] = 0.0f;
+          std::vector<float> got(size_t(g) * ldo, kSentinel), want(got.size(), kSentinel),
+              dbl(got.size(), kSentinel);
+          for (int j = 0; j < g; ++j)
+            for (int c = 0; c < d; ++c)
+              got[j * ldo + c] = want[j * ldo + c] = dbl[j * ldo + c] = 0.25f * c;
+          qwin_pv_accumulate_i8(L, win.data() + 3, 1, n, p.data(), ldp, g, got.data(), ldo);
+          ref::qwin_pv_accumulate_i8(L, win.data() + 3, 1, n, p.data(), ldp, g, want.data(), ldo);
+          ref::qwin_pv_accumulate(L, win.data() + 3, 1, n, p.data(), ldp, g, dbl.data(), ldo);
+          std::vector<float> vd(size_t(n) * d);
+          dequantize_window_head(L, win.data() + 3, 1, n, nullptr, vd.data());
+          for (int j = 0; j < g; ++j) {
+            // Each weight moves by ≤ wmax/254 on codes ≤ 3 (times the token's scale, in w).
+            float wmax = 0.0f;
+            for (int t = 0; t < n; ++t) {
+              const float s = f16_to_f32(load_f16_bits(win.data() + 3 + L.v_scale_off(1), t));
+              wmax = std::max(wmax, std::fabs(p[j * ldp + t] * s));
+            }
+            for (int c = d; c < ldo; ++c) ASSERT_EQ(got[j * ldo + c], kSentinel);
+            for (int c = 0; c < d; ++c) {
+              ASSERT_EQ(got[j * ldo + c], want[j * ldo + c])
+                  << "bits " << kbits << " d " << d << " g " << g << " n " << n << " head " << j
+                  << " channel " << c;
+              const float b = dbl[j * ldo + c];
+              ASSERT_NEAR(got[j * ldo + c], b,
+                          n * 3.0f * wmax / 254.0f + 1e-5f * (std::fabs(b) + 8.0f * n))
+                  << "d " << d << " g " << g << " n " << n << " head " << j << " channel " << c;
+            }
+          }
+          ++checked;
+        }
+      }
+  EXPECT_EQ(checked, 2 * 2 * 4 * 3);
 }
 
 // qwin_scores (scores straight from the key codes, the decode kernel's path) against the two

@@ -1,7 +1,12 @@
 // Scalar references for kernels/lowbit.h (see ref/lowbit_ref.h).
 #include "kernels/ref/lowbit_ref.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
+
+#include "core/f16.h"
+#include "kernels/lowbit.h"
 
 namespace qevict::ref {
 
@@ -36,6 +41,36 @@ void qwin_pv_accumulate(const QuantLayout& L, const uint8_t* win, int h, int n, 
       for (int t = 0; t < n; ++t) acc += double(p[j * ldp + t]) * vp[size_t(t) * d + c];
       out[j * ldo + c] += float(acc);
     }
+}
+
+void qwin_pv_accumulate_i8(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
+                           int64_t ldp, int g, float* out, int64_t ldo) {
+  const int d = L.head_dim;
+  const size_t row_bytes = L.v_row_bytes();
+  const uint8_t* codes = win + L.v_codes_off(h);
+  for (int j = 0; j < g; ++j) {
+    float w[8] = {}, zsum = 0.0f, wmax = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      const float pt = p[j * ldp + t];
+      w[t] = pt * f16_to_f32(load_f16_bits(win + L.v_scale_off(h), size_t(t)));
+      zsum = std::fma(pt, f16_to_f32(load_f16_bits(win + L.v_zero_off(h), size_t(t))), zsum);
+      wmax = std::max(wmax, std::fabs(w[t]));
+    }
+    float* o = out + j * ldo;
+    if (!(wmax >= kPvI8MinWeight)) {
+      for (int c = 0; c < d; ++c) o[c] += zsum;
+      continue;
+    }
+    const float qs = 127.0f / wmax, f = wmax / 127.0f;
+    int q[8] = {};
+    for (int t = 0; t < n; ++t) q[t] = static_cast<int>(std::nearbyint(w[t] * qs));
+    for (int c = 0; c < d; ++c) {
+      int32_t acc = 0;
+      for (int t = 0; t < n; ++t)
+        acc += q[t] * int32_t((codes[size_t(t) * row_bytes + c / 4] >> (2 * (c % 4))) & 3);
+      o[c] += std::fma(float(acc), f, zsum);
+    }
+  }
 }
 
 void rope_rows(const RopeParams& p, int d, int64_t pos, bool inverse, const float* x, int64_t ldx,

@@ -19,6 +19,10 @@ void qwin_values(const QuantLayout& L, const uint8_t* win, int h, int n, float* 
 // out[j][c] += Σ_{t<n} p[j·ldp + t]·v_t[c], j < g: decoded values, summed in double.
 void qwin_pv_accumulate(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
                         int64_t ldp, int g, float* out, int64_t ldo);
+// The 8-bit-weight P·V of kernels/lowbit.h's qwin_pv_accumulate_i8, written plainly (its
+// layouts: qwin_pv_i8_layout).
+void qwin_pv_accumulate_i8(const QuantLayout& L, const uint8_t* win, int h, int n, const float* p,
+                           int64_t ldp, int g, float* out, int64_t ldo);
 // Rotation of n rows by the angle of position pos (inverse: by −angle), double angles.
 void rope_rows(const RopeParams& p, int d, int64_t pos, bool inverse, const float* x, int64_t ldx,
                int n, float* out, int64_t ldo);
