@@ -19,7 +19,7 @@
 //
 // The rounding of the weights is the one approximation: each w_t moves by at most f/2, i.e.
 // 1/254 of the head's largest weight in the window, against INT2 values whose own rounding
-// moves each value by up to a third of its token's range.
+// moves each value by up to a sixth of its token's range (half of a step of range / 3).
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
