@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "kernels/lowbit.h"
+#include "kernels/simd/cpu_features.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -43,25 +44,11 @@ namespace {
 
 // The process-wide switch (QEVICT_PV_INT8=0 turns the path off; tests and A/B runs flip it).
 std::atomic<int>& pv_i8_switch() {
-  static std::atomic<int> on{[] {
-    const char* e = std::getenv("QEVICT_PV_INT8");
-    return (e && e[0] == '0') ? 0 : 1;
-  }()};
+  static std::atomic<int> on{[] { return cpu::env_switch_on("QEVICT_PV_INT8") ? 1 : 0; }()};
   return on;
 }
 
 #if QEVICT_PV_I8_X86
-bool cpu_has_vnni() {
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("f16c") &&
-           __builtin_cpu_supports("fma");
-  }();
-  return ok;
-}
-
 #define QEVICT_VNNI_TARGET                                                  \
   __attribute__((                                                           \
       target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
@@ -161,7 +148,7 @@ bool qwin_pv_i8_layout(const QuantLayout& L, int g) {
 
 bool qwin_pv_i8_supported(const QuantLayout& L, int g) {
 #if QEVICT_PV_I8_X86
-  return pv_i8_switch().load(std::memory_order_relaxed) != 0 && cpu_has_vnni() &&
+  return pv_i8_switch().load(std::memory_order_relaxed) != 0 && cpu::avx512_vnni_vbmi() &&
          qwin_pv_i8_layout(L, g);
 #else
   (void)L, (void)g;

@@ -31,6 +31,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/simd/cpu_features.h"
+
 // GCC 12 at -Og warns that the _mm512_undefined_* operands inside its own cast/extract
 // intrinsics are used uninitialized (a known false positive; the sanitizer build shows it).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -68,13 +70,8 @@ bool cpu_and_os_allow() {
 #endif
 }
 
-// On unless QEVICT_AMX=0.
-bool env_on() {
-  const char* v = std::getenv("QEVICT_AMX");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-std::atomic<bool> g_on{env_on()};
+// On unless QEVICT_AMX=0 (cpu::env_switch_on).
+std::atomic<bool> g_on{cpu::env_switch_on("QEVICT_AMX")};
 
 #if defined(__x86_64__)
 #define QEVICT_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))

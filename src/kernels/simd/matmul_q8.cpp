@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/ref/matmul_ref.h"
+#include "kernels/simd/cpu_features.h"
 
 // GCC 12 warns that the _mm512_undefined_* operands inside its own cast/extract intrinsics
 // are used uninitialized (a known false positive; the sanitizer build shows it).
@@ -35,23 +36,7 @@
 namespace qevict::q8 {
 namespace {
 
-bool cpu_has_vnni() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-#else
-  return false;
-#endif
-}
-
-bool env_on() {
-  const char* v = std::getenv("QEVICT_Q8");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-const bool g_available = cpu_has_vnni();
-std::atomic<bool> g_on{env_on()};
+std::atomic<bool> g_on{cpu::env_switch_on("QEVICT_Q8")};
 
 #if defined(__x86_64__)
 #define QEVICT_Q8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
@@ -314,8 +299,8 @@ QEVICT_Q8_TARGET void run(const uint8_t* w, size_t row_bytes, size_t n_rows, siz
 
 }  // namespace
 
-bool available() { return g_available; }
-bool enabled() { return g_available && g_on.load(std::memory_order_relaxed); }
+bool available() { return cpu::avx512_vnni(); }
+bool enabled() { return cpu::avx512_vnni() && g_on.load(std::memory_order_relaxed); }
 void set_enabled(bool on) { g_on.store(on, std::memory_order_relaxed); }
 bool supports(GgmlType t) { return ref::q8_supported(t); }
 

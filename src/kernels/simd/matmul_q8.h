@@ -22,11 +22,11 @@
 
 namespace qevict::q8 {
 
-// True when the CPU and OS have AVX-512 F/BW/VL and VNNI.
+// True when the CPU and OS have AVX-512 F/BW/VL and VNNI, F16C and FMA (cpu::avx512_vnni).
 bool available();
 // True when matmul takes this path for the calls it covers: available() and switched on,
-// which it is unless QEVICT_Q8=0 was in the environment at start-up or set_enabled(false)
-// was called.
+// which it is unless QEVICT_Q8=0 (or off, false, no: cpu::env_switch_on) was in the environment at
+// start-up or set_enabled(false) was called.
 bool enabled();
 void set_enabled(bool on);
 // The types this path takes (ref::q8_supported).
