@@ -193,6 +193,7 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
   thread_local std::vector<float> scores, kbuf, vbuf, rot, qrot, qhi, hirot, kwin, qall, mscores,
       qprep;
   thread_local std::vector<int> off;
+  thread_local std::vector<float> gsum;
   thread_local std::vector<const uint16_t*> krows, vrows;
   thread_local std::vector<Span> spans;
   if (scores.size() < size_t(g) * kRunTokens) scores.resize(size_t(g) * kRunTokens);
@@ -399,17 +400,30 @@ void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t l
         if (batch) std::fill(sc, sc + size_t(g) * R, 0.0f);  // adds nothing to the run's P·V
         continue;
       }
+      // A run of whole, visible 8-token blocks (a decode's windows) sums its blocks' masses
+      // in vectors along with the exp (exp_sub_sum8); other runs block by block.
+      bool groups8 = ml_i && !p.token_ml;
+      for (int b = b0; b < b1 && groups8; ++b)
+        groups8 = blocks[b].n == 8 && visible(blocks[b], qpos) == 8;
+      if (groups8 && gsum.size() < size_t(R / 8)) gsum.resize(size_t(R / 8));
       for (int h = 0; h < g; ++h) {
         float* sh = sc + size_t(h) * R;
         float* s = si + h * st;
         const float m = max_of(sh, used);
-        const float l = exp_sub_sum(sh, used, m);  // sh[j] = exp(s_j - m); masked → 0
+        // sh[j] = exp(s_j - m); masked → 0
+        const float l = groups8 ? exp_sub_sum8(sh, used, m, gsum.data()) : exp_sub_sum(sh, used, m);
         if (ml_i && p.token_ml) {
           // One (m, l) per token: l = its own exp(s - m); masked tokens hold exactly 0.
           for (int j = 0; j < R; ++j) {
             float* ml = ml_i + (size_t(tok_base + j) * g + h) * 2;
             ml[0] = m;
             ml[1] = sh[j];
+          }
+        } else if (ml_i && groups8) {
+          for (int b = b0; b < b1; ++b) {
+            float* ml = ml_i + (size_t(b) * g + h) * 2;
+            ml[0] = m;  // every block of the run shares the run's max
+            ml[1] = gsum[b - b0];
           }
         } else if (ml_i) {
           for (int b = b0; b < b1; ++b) {

@@ -60,6 +60,12 @@ float softmax_inplace(float* x, int64_t n);
 float max_of(const float* x, int64_t n);
 // x[i] = exp(x[i] - m) in place; returns the sum of the new values (online-softmax step).
 float exp_sub_sum(float* x, int64_t n, float m);
+// exp_sub_sum for m ≥ every x[i] with a cheaper exp (within 3e-7 relative; x − m < −87.33
+// gives exactly 0) that also sums each 8-token group:
+// sums[k] = ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)) over x[8k, 8k + 8) after the exp (a last
+// partial group as if padded with zeros); sums holds ceil(n / 8). A decode's per-window
+// masses, in vectors instead of 8 scalar adds a window and head.
+float exp_sub_sum8(float* x, int64_t n, float m, float* sums);
 // acc[i] += exp(s[i] - m) * inv for i < n (probabilities added to double masses).
 void exp_scale_accumulate(const float* s, int64_t n, float m, float inv, double* acc);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -224,6 +225,61 @@ TEST(OpsOnline, MaxAndExpSubSumMatchReference) {
     std::vector<double> scale(n, 1.0);
     expect_close(a.data() + 1, b.data() + 1, scale, n, 2e-6, "exp_sub_sum");
     EXPECT_EQ(a[0], x[0]);
+  }
+}
+
+// exp_sub_sum8's exp: within 3e-7 relative of std::exp (in double) over the whole normal
+// range of a softmax's x − m ≤ 0, exactly 1 at 0, exactly 0 below −87.33 and for a masked
+// −1e30, NaN for NaN.
+TEST(OpsOnline, ExpSubSum8ExpIsAccurateAndEndsInZero) {
+  std::vector<float> x;
+  for (float v = 0.0f; v >= -87.3f; v -= 0.0137f) x.push_back(v);
+  for (float v : {-0.0f, -1e-30f, -1e-7f, -0.34657f, -0.34658f, -87.32f, -87.329f}) x.push_back(v);
+  const size_t normal = x.size();
+  for (float v : {-87.34f, -87.5f, -100.0f, -104.5f, -1e30f}) x.push_back(v);
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  for (size_t len : {x.size(), size_t(7)}) {  // vector lanes and the scalar tail
+    std::vector<float> y(x.begin(), x.begin() + len), sums((len + 7) / 8);
+    exp_sub_sum8(y.data(), int64_t(len), 0.0f, sums.data());
+    for (size_t i = 0; i < len; ++i) {
+      if (len == 7) {  // the tail uses std::exp
+        EXPECT_EQ(y[i], std::exp(x[i])) << x[i];
+      } else if (i < normal) {
+        const double want = std::exp(double(x[i]));
+        ASSERT_NEAR(y[i], want, 3e-7 * want) << "x=" << x[i];
+      } else if (i + 1 < len) {
+        EXPECT_EQ(y[i], 0.0f) << "x=" << x[i];
+      } else {
+        EXPECT_TRUE(std::isnan(y[i]));
+      }
+    }
+    EXPECT_EQ(y[0], 1.0f);
+  }
+}
+
+// exp_sub_sum8: values and total within 3e-7 of exp_sub_sum's, and group sums in the
+// reference's order over its own values, bit for bit — on lengths around the vector tree's
+// 8·N chunk (N up to 16) and partial last groups; sums past ceil(n/8) untouched.
+TEST(OpsOnline, ExpSubSum8AgreesWithExpSubSumAndGroupOrder) {
+  for (int n : {1, 7, 8, 9, 24, 63, 64, 65, 127, 128, 129, 136, 255, 256, 257, 300, 512}) {
+    auto x = random_floats(n + 1, 90 + n, -30.0f, 30.0f);
+    if (n > 3) x[3] = -1e30f;  // a masked token: exactly 0 after the exp
+    std::vector<float> a(x), b(x);
+    const float m = ref::max_of(x.data() + 1, n);
+    const int groups = (n + 7) / 8;
+    std::vector<float> sums(groups + 2, -7.0f), want(groups);
+    const float sa = exp_sub_sum8(a.data() + 1, n, m, sums.data());
+    const float sb = exp_sub_sum(b.data() + 1, n, m);
+    EXPECT_NEAR(sa, sb, 3e-7 * sb) << "n=" << n;
+    EXPECT_EQ(a[0], b[0]);
+    for (int i = 1; i <= n; ++i) ASSERT_NEAR(a[i], b[i], 3e-7 * b[i]) << "n=" << n << " i=" << i;
+    if (n > 3) {
+      EXPECT_EQ(a[3], 0.0f);
+    }
+    ref::sum8_groups(a.data() + 1, n, want.data());
+    for (int k = 0; k < groups; ++k) ASSERT_EQ(sums[k], want[k]) << "n=" << n << " k=" << k;
+    EXPECT_EQ(sums[groups], -7.0f) << "n=" << n;
+    EXPECT_EQ(sums[groups + 1], -7.0f) << "n=" << n;
   }
 }
 

@@ -99,4 +99,12 @@ float exp_sub_sum(float* x, int64_t n, float m) {
   return static_cast<float>(s);
 }
 
+void sum8_groups(const float* x, int64_t n, float* sums) {
+  for (int64_t k = 0; k * 8 < n; ++k) {
+    float v[8] = {};
+    for (int64_t j = 0; j < 8 && 8 * k + j < n; ++j) v[j] = x[8 * k + j];
+    sums[k] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  }
+}
+
 }  // namespace qevict::ref

@@ -21,6 +21,8 @@ void pv_accumulate_f32(const float* p, int64_t ldp, int g, const float* v, int64
                        int d, float* out, int64_t ldo);
 float max_of(const float* x, int64_t n);
 float exp_sub_sum(float* x, int64_t n, float m);
+// The group sums of exp_sub_sum8 over x as it is (no exp): the order the fast path must give.
+void sum8_groups(const float* x, int64_t n, float* sums);
 
 inline float half_to_float(HalfType t, uint16_t h);
 inline uint16_t float_to_half(HalfType t, float f);

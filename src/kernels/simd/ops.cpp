@@ -23,6 +23,7 @@ HWY_EXPORT(MaxOf);
 HWY_EXPORT(QkScoresF32);
 HWY_EXPORT(PvAccumulateF32);
 HWY_EXPORT(ExpSubSum);
+HWY_EXPORT(ExpSubSum8);
 HWY_EXPORT(QkScoresRows);
 HWY_EXPORT(PvAccumulateRows);
 HWY_EXPORT(ExpScaleAcc);
@@ -50,6 +51,9 @@ void pv_accumulate(HalfType t, const float* p, int64_t ldp, int g, const uint16_
 float softmax_inplace(float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Softmax)(x, n); }
 float max_of(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(MaxOf)(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(ExpSubSum)(x, n, m); }
+float exp_sub_sum8(float* x, int64_t n, float m, float* sums) {
+  return HWY_DYNAMIC_DISPATCH(ExpSubSum8)(x, n, m, sums);
+}
 void qk_scores_f32(const float* q, int64_t ldq, int g, const float* k, int64_t ldk, int64_t n,
                    int d, float scale, float* scores, int64_t lds) {
   HWY_DYNAMIC_DISPATCH(QkScoresF32)(q, ldq, g, k, ldk, n, d, scale, scores, lds);
