@@ -315,14 +315,29 @@ HWY_INLINE V ExpNonPositive(DF df, V x) {
   return hn::IfThenZeroElse(hn::Lt(x, kLo), hn::Mul(y, two_n));
 }
 
-inline float ExpSubSum(float* x, int64_t n, float m) {
-  const hn::ScalableTag<float> df;
+// The two exps as function objects (ExpSubRest's exp_fn).
+struct HighwayExp {
+  template <class DF, class V>
+  HWY_INLINE V operator()(DF df, V x) const {
+    return hn::Exp(df, x);
+  }
+};
+struct NonPositiveExp {
+  template <class DF, class V>
+  HWY_INLINE V operator()(DF df, V x) const {
+    return ExpNonPositive(df, x);
+  }
+};
+
+// The exp pass from x[i] on: x[j] = exp(x[j] − m) by whole vectors (exp_fn), then one at a
+// time (std::exp); returns the sum of vsum's lanes and the scalars, in that order.
+template <class DF, class ExpFn>
+HWY_INLINE float ExpSubRest(DF df, float* x, int64_t i, int64_t n, float m, hn::Vec<DF> vsum,
+                            ExpFn exp_fn) {
   const int64_t N = hn::Lanes(df);
   const auto vm = hn::Set(df, m);
-  auto vsum = hn::Zero(df);
-  int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vm));
+    const auto e = exp_fn(df, hn::Sub(hn::LoadU(df, x + i), vm));
     hn::StoreU(e, df, x + i);
     vsum = hn::Add(vsum, e);
   }
@@ -332,6 +347,11 @@ inline float ExpSubSum(float* x, int64_t n, float m) {
     sum += x[i];
   }
   return sum;
+}
+
+inline float ExpSubSum(float* x, int64_t n, float m) {
+  const hn::ScalableTag<float> df;
+  return ExpSubRest(df, x, 0, n, m, hn::Zero(df), HighwayExp());
 }
 
 // Σ of the 8 floats at p in the order ((p0+p1)+(p2+p3)) + ((p4+p5)+(p6+p7)): the order the
@@ -356,11 +376,11 @@ HWY_INLINE V PairSums(DF df, V lo, V hi) {
 // at a time: three levels of pair sums leave one lane per group, in group order.
 inline float ExpSubSum8(float* x, int64_t n, float m, float* sums) {
   const hn::ScalableTag<float> df;
-  const int64_t N = hn::Lanes(df);
-  const auto vm = hn::Set(df, m);
   auto vsum = hn::Zero(df);
   int64_t i = 0;
 #if HWY_TARGET != HWY_SCALAR
+  const int64_t N = hn::Lanes(df);
+  const auto vm = hn::Set(df, m);
   if (N >= 4) {
     for (; i + 8 * N <= n; i += 8 * N) {
       hn::Vec<decltype(df)> e[8];
@@ -376,18 +396,8 @@ inline float ExpSubSum8(float* x, int64_t n, float m, float* sums) {
     }
   }
 #endif
-  const int64_t tree_end = i;  // groups before it are summed
-  for (; i + N <= n; i += N) {
-    const auto e = ExpNonPositive(df, hn::Sub(hn::LoadU(df, x + i), vm));
-    hn::StoreU(e, df, x + i);
-    vsum = hn::Add(vsum, e);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - m);
-    sum += x[i];
-  }
-  for (int64_t k = tree_end / 8; k * 8 < n; ++k) sums[k] = Sum8Tree(x + 8 * k, n - 8 * k);
+  const float sum = ExpSubRest(df, x, i, n, m, vsum, NonPositiveExp());
+  for (int64_t k = i / 8; k * 8 < n; ++k) sums[k] = Sum8Tree(x + 8 * k, n - 8 * k);
   return sum;
 }
 
