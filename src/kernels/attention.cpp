@@ -123,7 +123,7 @@ constexpr int kPrefetchScan = 32;
 // cache: of a low-bit window, KV head h's whole part (codes, scales and zeros of keys and
 // values, one contiguous run); of a full-tier window (16-bit rows, 1 KiB of keys and 1 KiB
 // of values per head at head_dim 64), its key and value rows. Windows of both tiers sit in
-// pool slots in no particular order, so the hardware prefetcher cannot guess the next one.
+// pool slots in no guaranteed order, so the hardware prefetcher cannot be relied on.
 // Low-bit and full-tier windows interleave in position order and runs split the list, so
 // the windows ahead are found by scanning the block list, across runs, not by index
 // arithmetic. Blocks larger than a window (the sinks, pages of newest tokens) are left to
@@ -146,13 +146,12 @@ class WindowPrefetcher {
         prefetch_range(reinterpret_cast<const uint8_t*>(blk.k), bytes);
         prefetch_range(reinterpret_cast<const uint8_t*>(blk.v), bytes);
       } else {
+        // Head h's part only. KV head 0's walk used to ask for the other heads' parts too,
+        // into L2 (prefetcht1; +5 % at 8K when it came): since the 8-bit P·V and the work-cut
+        // segments, dropping it shortens the 0.2 step by ~3 % at 16K and ~2 % at 8K (A/B,
+        // BENCHMARKS §2 "Window masses in vectors"): those prefetches held fill buffers that
+        // the windows being read needed.
         prefetch_range(blk.qwin + L_->k_codes_off(h_), L_->head_bytes());
-        // KV head 0's walk also asks for the other heads' parts, into L2 only (prefetcht1):
-        // attend_blocks runs a segment's heads one after another on one thread, so heads 1..
-        // read the same windows next, from L2 (A/B at 8K, 0.2: +5 %, BENCHMARKS §2).
-        if (h_ == 0)
-          for (size_t i = L_->head_bytes(); i < L_->window_bytes(); i += 64)
-            __builtin_prefetch(blk.qwin + i, 0, 2);
       }
       asked_[(first_ + count_) % kPrefetchAhead] = next_;
       ++count_;
