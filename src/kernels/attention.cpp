@@ -149,7 +149,7 @@ class WindowPrefetcher {
         // Head h's part only. KV head 0's walk used to ask for the other heads' parts too,
         // into L2 (prefetcht1; +5 % at 8K when it came): since the 8-bit P·V and the work-cut
         // segments, dropping it shortens the 0.2 step by ~3 % at 16K and ~2 % at 8K (A/B,
-        // BENCHMARKS §2 "Window masses in vectors"): those prefetches held fill buffers that
+        // BENCHMARKS §2 "Head 0 no longer prefetches"): those prefetches held fill buffers that
         // the windows being read needed.
         prefetch_range(blk.qwin + L_->k_codes_off(h_), L_->head_bytes());
       }
