@@ -191,8 +191,11 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
                                  [](const Window& w) { return w.tier == Tier::kEvicted; }),
                   L.windows.end());
   L.dropped += int64_t(before - L.windows.size());
-  // A prefill chunk adds up to 512/ω entries that routing then drops: give the room back.
-  if (L.windows.capacity() > 2 * L.windows.size() + 64) {
+  // A prefill chunk adds up to 512/ω entries that routing then drops, and the one routing
+  // of --prefill-route end drops the whole prompt's evicted windows: give the room back once
+  // a quarter of it is spare (with ω = 1, StreamingLLM's, an entry is 32 B a token, 6 % of
+  // a token's K and V on a model with 2 KV heads of 64).
+  if (L.windows.capacity() > L.windows.size() + L.windows.size() / 4 + 64) {
     std::vector<Window> kept;
     kept.reserve(L.windows.size() + L.windows.size() / 8 + 8);  // decode adds a few at a time
     kept.assign(L.windows.begin(), L.windows.end());
@@ -356,11 +359,17 @@ size_t WindowStore::budgeted_bytes_in_use(int layer) const {
 }
 
 size_t WindowStore::bytes_allocated() const {
-  size_t b = sizeof(*this) + layers_.capacity() * sizeof(Layer);
+  size_t b = sizeof(*this) + layers_.capacity() * sizeof(Layer) + entry_bytes();
   for (const Layer& L : layers_)
     b += (L.sink_k.capacity() + L.sink_v.capacity()) * sizeof(uint16_t) +
          L.fpool.bytes_allocated() + L.qpool.bytes_allocated() + L.fpool.overhead_bytes() +
-         L.qpool.overhead_bytes() + L.windows.capacity() * sizeof(Window);
+         L.qpool.overhead_bytes();
+  return b;
+}
+
+size_t WindowStore::entry_bytes() const {
+  size_t b = 0;
+  for (const Layer& L : layers_) b += L.windows.capacity() * sizeof(Window);
   return b;
 }
 

@@ -93,6 +93,7 @@ class WindowStore {
   // strict mode).
   size_t budgeted_bytes_in_use(int layer) const;
   size_t bytes_allocated() const;  // pools, sinks, window tables
+  size_t entry_bytes() const;      // the window tables alone (their room, not their size)
   // Counts and bytes of one layer; tiers [position] when `tiers` is given.
   KvLayerReport layer_report(int layer) const;
   void position_tiers(int layer, int64_t n_past, std::vector<Tier>* out) const;

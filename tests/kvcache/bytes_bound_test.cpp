@@ -14,6 +14,7 @@
 
 #include "common/kv_shape.h"
 #include "common/random_wo.h"
+#include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
 #include "kvcache/registry.h"
@@ -95,6 +96,43 @@ TEST(TieredBytesHeld, WithinBudgetPlusConstantAndFlatFrom8KTo16K) {
             << "held at 8K " << held_8k << ", at 16K " << rep.bytes_held;
       }
     }
+  }
+}
+
+// The one routing event of --prefill-route end drops every evicted window of the prompt at
+// once; the window tables then give their room back like after a chunk's routing.
+// StreamingLLM (ω = 1: an entry, 32 B, a token) keeping half of a 4,096-token prompt: a rule
+// that shrank a table only past twice its size kept the whole prompt's entries (4,096 a
+// layer for ~2,100 kept), 6 % of the budget on a 2-KV-head model at 16K.
+TEST(TieredBytesHeld, PromptEndRoutingGivesTheEntriesRoomBack) {
+  const KvShape s = test::rope_shape(2, 14, 2, 64);
+  ThreadPool pool(2);
+  for (const char* route : {"end", "chunk"}) {
+    SCOPED_TRACE(route);
+    KvCacheParams p;
+    p.policy = "streaming";
+    p.budget_fraction = 0.5;
+    p.prefill_route = route;
+    KvParamsGiven given;
+    given.prefill_route = true;
+    ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());  // ω = Ω = 1
+    auto c = TieredKvCacheTestPeer::make(s, 4096 + 64, p);
+    ASSERT_NE(c, nullptr);
+    std::mt19937 rng(11);
+    for (int i = 0; i < 8; ++i) step(*c, s, 512, pool, rng);
+    ASSERT_TRUE(c->end_prompt().is_ok());
+    for (int i = 0; i < 16; ++i) step(*c, s, 1, pool, rng);
+    KvReport rep;
+    c->report(&rep, ReportDetail::kSummary);
+    size_t bound = 0;
+    for (const KvLayerReport& l : rep.layers) {
+      const int64_t kept = l.windows_full + l.windows_quant + l.windows_local;
+      EXPECT_GT(kept, 2000);
+      // Kept windows, the last event's evicted ones (dropped at the next), room for a
+      // quarter more and the rule's slack.
+      bound += size_t(kept + 4 + (kept + 4) / 4 + 64) * sizeof(WindowStore::Window);
+    }
+    EXPECT_LE(TieredKvCacheTestPeer(*c).store().entry_bytes(), bound);
   }
 }
 
