@@ -5,6 +5,7 @@
 #include <random>
 
 #include "eval/metrics.h"
+#include "kvcache/budget.h"
 #include "kvcache/factory.h"
 
 namespace qevict::eval {
@@ -25,7 +26,8 @@ OscillationResult run_oscillation(bool strict, int decode_steps) {
   p.local = 8;
   p.q = 0.7;
   p.strict_ledger = strict;
-  const size_t token_bytes = shape.token_bytes(), m_f = size_t(W) * token_bytes;
+  const size_t token_bytes = shape.token_bytes(),
+               m_f = size_t(W) * token_bytes + kWindowEntryBytes;  // M_f
   // B_hist such that K_f = floor(0.3 B_hist / M_f) = 4; the rest goes to Q.
   const size_t b_hist = size_t(std::ceil(4.5 * double(m_f) / (1.0 - p.q)));
   p.budget_bytes = int64_t(S * token_bytes + 2 * m_f + b_hist);

@@ -127,8 +127,9 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   // steps; the peak is just before it). Reserving ceil((L + Ω − 1)/ω) + 1 windows keeps the
   // budget an invariant between events too, not only right after one.
   b.local_windows = (int64_t(p.local) + p.route_every - 1 + p.window - 1) / p.window + 1;
-  b.window_full = size_t(p.window) * b.token_bytes;
-  b.window_quant = ql.window_bytes();
+  b.window_entry = kWindowEntryBytes;
+  b.window_full = size_t(p.window) * b.token_bytes + b.window_entry;
+  b.window_quant = ql.window_bytes() + b.window_entry;
   b.sink_bytes = size_t(p.sink) * b.token_bytes;
   b.local_bytes = size_t(b.local_windows) * b.window_full;
   const size_t fixed = b.sink_bytes + b.local_bytes;

@@ -5,7 +5,8 @@
 //     (the local region plus the windows that age out of it between two routing events),
 //     B_hist = B_total − B_sink − B_local,  K_f = ⌊(1−q) B_hist / M_f⌋,  K_q = ⌊q B_hist / M_q⌋
 //     M_f = one window's K|V in 16 bits,  M_q = one window in the low-bit ledger (codes +
-//     scales/zeros, QuantLayout::window_bytes)
+//     scales/zeros, QuantLayout::window_bytes), each + the window's entry in the store's
+//     table (kWindowEntryBytes: SPEC §3, "metadata included ... any index")
 //   per-head token caches (H2O):  M = one token of one KV head (K + V + int32 position),
 //     C = ⌊B_total / n_kv_heads / M⌋ tokens per head = S sink + L recent + K heavy
 #pragma once
@@ -20,6 +21,11 @@
 #include "kvcache/shape.h"
 
 namespace qevict {
+
+// A window's entry in the store's table (WindowStore::Window: id, slots, score, tier),
+// charged with the window in M_f and M_q: with ω = 1 (StreamingLLM) there is one a token, 6 %
+// of a token's K and V on a model with 2 KV heads of 64.
+inline constexpr size_t kWindowEntryBytes = 32;
 
 // How a cache lays out its bytes; decides which figures a budget has.
 enum class CacheKind {
@@ -49,8 +55,9 @@ struct KvBudget {
   size_t total = 0;        // B_total
   size_t token_bytes = 0;  // one token's K and V for all KV heads in 16 bits
   size_t sink_bytes = 0, local_bytes = 0, hist_bytes = 0;
-  size_t window_full = 0;                         // M_f
-  size_t window_quant = 0;                        // M_q, metadata included
+  size_t window_full = 0;                         // M_f, the entry included
+  size_t window_quant = 0;                        // M_q, scales, zeros and the entry included
+  size_t window_entry = 0;                        // the entry's share of M_f and M_q
   int64_t capacity_full = 0, capacity_quant = 0;  // K_f, K_q
   // The low-bit tier's bits M_q and K_q are for: --kv-bits, or with --kv-bits auto (0) 4
   // when K_f + K_q at INT4 cover every window of the context past the sink (no window would
@@ -63,6 +70,10 @@ struct KvBudget {
   int64_t head_heavy = 0;       // K = C − S − L
 
   bool budgeted() const { return kind == CacheKind::kWindowed || kind == CacheKind::kPerHead; }
+  // A window's bytes in its tier's pool (M_f or M_q without the entry): the slot size, and
+  // what a ledger copy kept by a promoted window really holds.
+  size_t full_slot() const { return window_full - window_entry; }
+  size_t quant_slot() const { return window_quant > 0 ? window_quant - window_entry : 0; }
   // Windows whose every position has left the local region after n_past tokens: the
   // candidates of a routing event.
   int64_t aged_windows(int64_t n_past) const {

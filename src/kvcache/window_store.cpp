@@ -24,8 +24,8 @@ WindowStore::WindowStore(const KvShape& shape, const KvBudget& budget, const Qua
   for (auto& L : layers_) {
     L.sink_k.assign(size_t(H) * budget_.sink * d, 0);
     L.sink_v.assign(size_t(H) * budget_.sink * d, 0);
-    L.fpool = SlotPool(budget_.window_full, pool_chunk_bytes(budget_));
-    L.qpool = SlotPool(budget_.window_quant, pool_chunk_bytes(budget_));
+    L.fpool = SlotPool(budget_.full_slot(), pool_chunk_bytes(budget_));
+    L.qpool = SlotPool(budget_.quant_slot(), pool_chunk_bytes(budget_));
   }
 }
 
@@ -350,8 +350,11 @@ const uint16_t* WindowStore::full_keys(int layer, int32_t id) const {
 
 size_t WindowStore::budgeted_bytes_in_use(int layer) const {
   const Layer& L = layers_[layer];
+  // M_f / M_q per window (slot + entry); a promoted window's ledger copy pays M_q in strict
+  // mode, as the policies charge it.
   size_t b = (L.sink_k.size() + L.sink_v.size()) * sizeof(uint16_t) + L.fpool.bytes_in_use();
   for (const Window& w : L.windows) {
+    if (w.f_slot >= 0) b += budget_.window_entry;
     if (w.tier == Tier::kQuant) b += budget_.window_quant;
     if (w.tier == Tier::kFull && w.q_slot >= 0 && budget_.strict_ledger) b += budget_.window_quant;
   }
@@ -392,11 +395,13 @@ KvLayerReport WindowStore::layer_report(int layer) const {
         ++r.windows_evicted;
         break;
     }
-    if (w.tier == Tier::kFull && w.q_slot >= 0) r.bytes_ledger_of_full += budget_.window_quant;
+    if (w.tier == Tier::kFull && w.q_slot >= 0) r.bytes_ledger_of_full += budget_.quant_slot();
   }
+  // F (local included) and Q at M_f / M_q a window, entries included; ledger copies are
+  // their slots alone (their window's entry is counted in F).
   r.bytes_sink = (L.sink_k.size() + L.sink_v.size()) * sizeof(uint16_t);
-  r.bytes_full = L.fpool.bytes_in_use();
-  r.bytes_quant = L.qpool.bytes_in_use() - r.bytes_ledger_of_full;
+  r.bytes_full = size_t(r.windows_full + r.windows_local) * budget_.window_full;
+  r.bytes_quant = size_t(r.windows_quant) * budget_.window_quant;
   r.bytes_budgeted = budgeted_bytes_in_use(layer);
   r.bytes_allocated = r.bytes_sink + L.fpool.bytes_allocated() + L.qpool.bytes_allocated();
   return r;

@@ -18,8 +18,10 @@ namespace qevict {
 // and the first level again by channel pairs for the INT4 key scorer, 64 KiB) and
 // the object itself (16 KiB); per layer, at most one partly used pool chunk per tier (a chunk
 // is ~1/64 of a layer's budget, at least one window, at most SlotPool::kChunkBytes: pools give
-// memory back by whole chunks) and the entries of the windows the budget can hold (K_f + K_q +
-// local + one 512-token prefill chunk's, ×2 for vector growth); and the attention and routing
+// memory back by whole chunks) and room for the entries of the windows the budget can hold
+// (K_f + K_q + local + one 512-token prefill chunk's, ×2: the entries are in M_f and M_q since
+// they were charged to the budget, so this is a loose bound on the table's spare room, a
+// quarter + 64 after a routing event, and a prefill chunk's); and the attention and routing
 // scratch over them (block refs, masses, candidates: < 200 B per kept window).
 inline size_t pool_chunks_bytes(const KvBudget& b) {
   const size_t c = WindowStore::pool_chunk_bytes(b);

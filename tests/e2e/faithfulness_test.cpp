@@ -28,6 +28,7 @@
 
 #include "e2e/real_model_fixture.h"
 #include "engine/prefill_share.h"
+#include "kvcache/budget.h"
 #include "kvcache/factory.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/adakv_policy.h"
@@ -121,17 +122,23 @@ KvCacheParams params_for(const std::string& method, int64_t n_kept, const KvShap
   given.prefill_route = true;
   if (method == "streaming") {
     // Windowed cache, ω = 1, no low-bit tier: 4 sink + 32 local (+1 window the local region
-    // reserves) + the history tokens, so sink + local + history = n_kept.
+    // reserves) + the history tokens, so sink + local + history = n_kept. The sink's tokens
+    // cost their K and V; every other a window, M_f = its K and V + its entry.
     p.q = 0.0;
     given.q = true;
     p.local = 32;
     given.local = true;
-    p.budget_bytes = (n_kept + 1) * int64_t(shape.token_bytes());
+    const int64_t sink = 4;  // StreamingLLM's default (apply_policy_defaults)
+    p.budget_bytes = sink * int64_t(shape.token_bytes()) +
+                     (n_kept + 1 - sink) * int64_t(shape.token_bytes() + kWindowEntryBytes);
   } else {
     p.budget_tokens = n_kept;
   }
   const Status st = apply_policy_defaults(&p, given);
   EXPECT_TRUE(st.is_ok()) << st.message();
+  if (method == "streaming") {
+    EXPECT_EQ(p.sink, 4);  // the budget above counts on it
+  }
   return p;
 }
 

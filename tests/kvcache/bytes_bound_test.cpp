@@ -127,7 +127,7 @@ TEST(TieredBytesHeld, PromptEndRoutingGivesTheEntriesRoomBack) {
     size_t bound = 0;
     for (const KvLayerReport& l : rep.layers) {
       const int64_t kept = l.windows_full + l.windows_quant + l.windows_local;
-      EXPECT_GT(kept, 2000);
+      EXPECT_GT(kept, 1900);
       // Kept windows, the last event's evicted ones (dropped at the next), room for a
       // quarter more and the rule's slack.
       bound += size_t(kept + 4 + (kept + 4) / 4 + 64) * sizeof(WindowStore::Window);
@@ -141,7 +141,8 @@ TEST(TieredBytesHeld, PromptEndRoutingGivesTheEntriesRoomBack) {
 // chunks and 64 decode steps. StreamingLLM (ω = 1, F only) and the two-tier cache hold no RoPE
 // table; pool chunks are ~1/64 of a layer's budget; a prefill chunk's window entries and
 // scratch are given back. With 64 KiB chunks and an always-built table these held 2.0× and
-// 1.7× the budget.
+// 1.7× the budget; before M_f charged a window's 32-B entry, StreamingLLM held 1.08× (an
+// entry a token).
 TEST(TieredBytesHeld, SmallBudgetHoldsCloseToIt) {
   const KvShape s = test::rope_shape(30, 9, 3, 64, 100000.0f);
   ThreadPool pool(2);
@@ -151,7 +152,7 @@ TEST(TieredBytesHeld, SmallBudgetHoldsCloseToIt) {
     double max_ratio;
   };
   for (const Case& k :
-       {Case{"streaming", -1, 1.10}, Case{"qevict", -1, 1.10}, Case{"qevict", 0.0, 1.03}}) {
+       {Case{"streaming", -1, 1.05}, Case{"qevict", -1, 1.10}, Case{"qevict", 0.0, 1.03}}) {
     KvCacheParams p;
     p.policy = k.policy;
     p.budget_fraction = 0.05;

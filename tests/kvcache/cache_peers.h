@@ -46,7 +46,7 @@ class TieredKvCacheTestPeer {
   }
   std::vector<uint8_t> ledger(int layer, int32_t id) const {
     const uint8_t* p = c_.store_.ledger(layer, id);
-    return p ? std::vector<uint8_t>(p, p + c_.budget_.window_quant) : std::vector<uint8_t>();
+    return p ? std::vector<uint8_t>(p, p + c_.budget_.quant_slot()) : std::vector<uint8_t>();
   }
   // Post-RoPE 16-bit keys [n_kv_heads][ω][head_dim] of a window in F or local.
   std::vector<uint16_t> full_keys(int layer, int32_t id) const {

@@ -172,17 +172,18 @@ TEST(PositionTiers, TieredCacheReportsSinkWindowTiersAndLocal) {
   p.local = 8;
   p.q = 0.5;
   p.route_every = 3;
-  // M_f = 2 * n_kv_heads * ω * head_dim * 2 B = 512; fixed = S * 128 + (ceil((L + Ω - 1)/ω)
-  // + 1) * M_f = 384 + 4 * 512 = 2432.
-  // B_hist = 2048: K_f = floor(0.5 * 2048 / 512) = 2, K_q = floor(0.5 * 2048 / M_q).
+  // M_f = 2 * n_kv_heads * ω * head_dim * 2 B + the 32-B entry = 544; fixed = S * 128 +
+  // (ceil((L + Ω - 1)/ω) + 1) * M_f = 384 + 4 * 544 = 2560.
+  // B_hist = 2176: K_f = floor(0.5 * 2176 / 544) = 2, K_q = floor(0.5 * 2176 / M_q), M_q =
+  // the low-bit window + the entry.
   const QuantLayout ql{p.bits, shape.n_kv_heads, shape.head_dim, p.window, 0};
-  const int64_t m_f = 2 * shape.n_kv_heads * p.window * shape.head_dim * 2;
+  const int64_t m_f = 2 * shape.n_kv_heads * p.window * shape.head_dim * 2 + 32;
   const int64_t fixed =
       p.sink * 128 + ((p.local + p.route_every - 1 + p.window - 1) / p.window + 1) * m_f;
-  ASSERT_EQ(m_f, 512);
-  ASSERT_EQ(fixed, 2432);
-  p.budget_bytes = fixed + 2048;
-  const int64_t k_f = 2, k_q = int64_t(1024 / ql.window_bytes());
+  ASSERT_EQ(m_f, 544);
+  ASSERT_EQ(fixed, 2560);
+  p.budget_bytes = fixed + 2176;
+  const int64_t k_f = 2, k_q = int64_t(1088 / (ql.window_bytes() + 32));
   ASSERT_GE(k_q, 1);
   auto c = TieredKvCacheTestPeer::make(shape, 400, p);
   ASSERT_NE(c, nullptr);

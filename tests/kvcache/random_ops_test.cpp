@@ -433,7 +433,7 @@ class SequenceCheck {
       ASSERT_EQ(lr.bytes_full, size_t(lr.windows_full + lr.windows_local) * b_.window_full)
           << where();
       ASSERT_EQ(lr.bytes_quant, size_t(lr.windows_quant) * b_.window_quant) << where();
-      ASSERT_EQ(lr.bytes_ledger_of_full % std::max<size_t>(b_.window_quant, 1), 0u) << where();
+      ASSERT_EQ(lr.bytes_ledger_of_full % std::max<size_t>(b_.quant_slot(), 1), 0u) << where();
       ASSERT_LE(lr.bytes_ledger_of_full, size_t(lr.windows_full) * b_.window_quant) << where();
       // The sink is stored whole from its first token on (and kept by clear()).
       ASSERT_TRUE(lr.bytes_sink == 0 || lr.bytes_sink == size_t(b_.sink) * b_.token_bytes)

@@ -246,15 +246,15 @@ TEST(StreamingCache, KeepsSinkPlusConstantRecentWindowAndAttendsOverExactlyThose
   ASSERT_EQ(p.q, 0.0);
   const int64_t S = p.sink, L = p.local;  // L stays SPEC's 32
   // Byte formula (kvcache/budget.cpp):
-  //   token_bytes = 2 (K,V) * n_kv_heads * head_dim * 2 B = 128, M_f = ω * token_bytes = 128,
-  //   fixed = S * token_bytes + (ceil((L + Ω - 1)/ω) + 1) * M_f = 4*128 + 33*128 = 4736 (Ω = 1),
-  //   K_f = floor((1 - q) * (B - fixed) / M_f).
+  //   token_bytes = 2 (K,V) * n_kv_heads * head_dim * 2 B = 128, M_f = ω * token_bytes + the
+  //   window's 32-B entry = 160, fixed = S * token_bytes + (ceil((L + Ω - 1)/ω) + 1) * M_f =
+  //   4*128 + 33*160 = 5792 (Ω = 1), K_f = floor((1 - q) * (B - fixed) / M_f).
   const int64_t token_bytes = 2 * shape.n_kv_heads * shape.head_dim * 2;
   ASSERT_EQ(token_bytes, 128);
-  const int64_t m_f = p.window * token_bytes;
+  const int64_t m_f = p.window * token_bytes + 32;
   const int64_t fixed =
       S * token_bytes + ((L + p.route_every - 1 + p.window - 1) / p.window + 1) * m_f;
-  ASSERT_EQ(fixed, 4736);
+  ASSERT_EQ(fixed, 5792);
   const int64_t k_f = 10;
   p.budget_bytes = fixed + k_f * m_f + 77;  // 77 spare bytes: less than one more window
   // Recent window R = L local tokens + K_f token-windows in F (q = 0: no low-bit tier).

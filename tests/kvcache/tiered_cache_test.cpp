@@ -456,7 +456,8 @@ TEST(TieredKvCache, ValueBitsSetTheLowBitValuesAlone) {
     return b.has_value() ? b->window_quant : size_t(0);
   };
   const size_t m42 = window_quant(4, 2);
-  EXPECT_EQ(m42, (QuantLayout{4, s.n_kv_heads, s.head_dim, 8, 0, 2}).window_bytes());
+  EXPECT_EQ(m42, (QuantLayout{4, s.n_kv_heads, s.head_dim, 8, 0, 2}).window_bytes() +
+                     kWindowEntryBytes);  // M_q: the low-bit window + its entry
   EXPECT_EQ(window_quant(2, 4), m42);
   EXPECT_GT(m42, window_quant(2, 0));
   EXPECT_LT(m42, window_quant(4, 0));
