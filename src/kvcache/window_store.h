@@ -46,7 +46,8 @@ class WindowStore {
     bool routed = false;     // has been through at least one routing event since aging
     Tier to = Tier::kLocal;  // apply(): the plan's tier for it (kLocal: not in the plan)
   };
-  static_assert(sizeof(Window) <= 32, "a window entry is 32 bytes (one per token at ω = 1)");
+  static_assert(sizeof(Window) <= kWindowEntryBytes,
+                "the budget charges kWindowEntryBytes a window entry (one per token at ω = 1)");
 
   // `rope` re-rotates keys on demotion/promotion; it must cover every stored position.
   WindowStore(const KvShape& shape, const KvBudget& budget, const QuantLayout& ql, HalfType dtype,

@@ -103,7 +103,7 @@ TEST(TieredBytesHeld, WithinBudgetPlusConstantAndFlatFrom8KTo16K) {
 // once; the window tables then give their room back like after a chunk's routing.
 // StreamingLLM (ω = 1: an entry, 32 B, a token) keeping half of a 4,096-token prompt: a rule
 // that shrank a table only past twice its size kept the whole prompt's entries (4,096 a
-// layer for ~2,100 kept), 6 % of the budget on a 2-KV-head model at 16K.
+// layer for ~2,000 kept), 6 % of the budget on a 2-KV-head model at 16K.
 TEST(TieredBytesHeld, PromptEndRoutingGivesTheEntriesRoomBack) {
   const KvShape s = test::rope_shape(2, 14, 2, 64);
   ThreadPool pool(2);
