@@ -32,7 +32,8 @@ enum class CacheKind {
   kFull,       // FullKV: no budget
   kWindowed,   // sink + windows in F / Q / E + local region (TieredKvCache)
   kPerHead,    // per-KV-head token sets (HeadKvCache)
-  kQuantized,  // every token kept, quantized (KiviKvCache): no budget, a byte point
+  kQuantized,  // every token kept, quantized (kivi, kvquant, zipcache: KiviKvCache,
+               // KvQuantCache, ZipKvCache): no budget, a byte point
 };
 
 // What a routing policy may keep, in bytes (a view of KvBudget for one routing event).

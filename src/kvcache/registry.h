@@ -1,7 +1,9 @@
 // The policy registry: one row per KV policy — its name, what it is, where its defaults
 // come from, the kind of cache it runs on, the options it takes, and how to make its
-// RoutingPolicy. The CLI, diagnose, bench (and later eval and the server) read it; adding a
-// policy is one policy file plus one row here (or register_policy() from a test).
+// RoutingPolicy. The CLI (tools/cli_common.cpp, cmd_eval.cpp), the Python bindings, eval and
+// diagnose (eval/eval_runner.cpp, diagnose_runner.cpp) and the server's scheduler
+// (engine/scheduler.cpp) read it; adding a policy is one policy file plus one row here (or
+// register_policy() from a test).
 #pragma once
 
 #include <deque>

@@ -154,7 +154,6 @@ Status Model::bind_weights() {
   }
   wo_.wo.clear();
   for (const LayerWeights& L : layers_) wo_.wo.push_back(L.wo);
-  for (const auto& t : file_->tensors()) weight_bytes_ += t.n_bytes;
   return Status::ok();
 }
 

@@ -46,15 +46,11 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& gguf() const { return *file_; }
-  std::shared_ptr<GgufFile> gguf_ptr() const { return file_; }
   KvShape kv_shape() const;
 
   // Runs the transformer over every segment's tokens (all segments in one batch; each
   // cache's begin/attend/commit is called). On error nothing is committed to any cache.
   Status forward(std::vector<BatchSegment>& segments, ThreadPool& pool);
-
-  // Weight bytes (the mapped tensors the forward pass reads).
-  size_t weight_bytes() const { return weight_bytes_; }
 
  private:
   Model() = default;
@@ -71,7 +67,6 @@ class Model {
   std::vector<LayerWeights> layers_;
   OutputProjection wo_;  // every layer's W_O, bound to the caches (value-norm policies)
   std::vector<std::unique_ptr<std::vector<float>>> owned_;  // dequantized 1-D tensors
-  size_t weight_bytes_ = 0;
 
   // Scratch for forward(), grown on demand. Shapes for N batch tokens:
   std::vector<float> x_;          // [N][n_embd] residual stream
