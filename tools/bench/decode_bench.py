@@ -40,7 +40,11 @@ Bytes read per decode token (every row; an estimate of the traffic a step must s
   large as the weights, achieved figures can pass the DRAM bandwidth: that is cache, not error.
 
 Writes decode_bench.json (every run), decode_bench.csv (medians) and decode_bench.md (tables,
-also printed) into --out-dir. Progress goes to stderr. Needs only this venv's python (gguf),
+also printed) into --out-dir. The JSON's meta.qevict_commit is the commit the --qevict binary
+was built from (`qevict --version`; null for a binary older than that flag), and
+meta.checkout_commit this checkout's HEAD when the script ran (results written before
+--version existed hold the checkout's HEAD as qevict_commit, which need not be the binary's:
+results/README.md says which commit each folder's binary was). Progress goes to stderr. Needs only this venv's python (gguf),
 the qevict build (build/tools/qevict, build/tools/qevict-membw) and tools/llamacpp.sh.
 """
 import argparse
@@ -227,6 +231,16 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit(f"decode_bench: {exe} is missing: cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && "
                      f"cmake --build build -j2 --target {target}")
+    # The results record the binary's commit (--qevict may be a copy built at another commit
+    # than the checkout this script runs from); the checkout's HEAD is kept beside it.
+    qevict_commit, commit_source = binary_commit(a.qevict), "qevict --version"
+    checkout = git_commit()
+    if qevict_commit is None:
+        commit_source = "unknown: the binary has no --version (built before it)"
+        log(f"decode_bench: WARNING: {a.qevict} does not report its commit (no --version); "
+            "qevict_commit is recorded as null, the checkout's HEAD as checkout_commit")
+    elif checkout and qevict_commit.split("+")[0] != checkout.split("+")[0]:
+        log(f"decode_bench: note: the binary was built from {qevict_commit}, the checkout is at {checkout}")
     a.model = a.model or script_output("fetch_model.sh")
     if any(c in LLAMA_CONFIGS for c in configs) and not a.llama_bin:
         a.llama_bin = script_output("llamacpp.sh")
@@ -282,7 +296,8 @@ def main():
     llama_info = next((x["llama_bench"] for rs in runs.values() for x in rs if "llama_bench" in x), None)
     meta = {"command": " ".join(sys.argv), "label": a.label,
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "wall_seconds": time.time() - t_start, "qevict_commit": git_commit(), "model": facts,
+            "wall_seconds": time.time() - t_start, "qevict_commit": qevict_commit,
+            "qevict_commit_source": commit_source, "checkout_commit": checkout, "model": facts,
             "llama_bench": llama_info, "llama_bin": a.llama_bin, "threads": a.threads,
             "n_decode": a.n_decode, "batch": a.batch, "reps": a.reps, "depths": depths, "configs": configs,
             "membw_gb_s_median": bw, "membw_runs": membw}
@@ -308,12 +323,27 @@ def median_or_none(xs):
     return statistics.median(xs) if xs else None
 
 
-def git_commit():
+def binary_commit(exe):
+    """The commit the qevict binary says it was built from (`qevict --version`: "qevict <hash>",
+    "+dirty" when its sources differed from it, "unknown" when built without git), or None when
+    the binary predates --version."""
     try:
-        c = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
-        return c + ("+dirty" if dirty else "")
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.match(r"qevict (\S+)\s*$", out.stdout.strip()) if out.returncode == 0 else None
+    return m.group(1) if m else None
+
+
+def git_commit():
+    """The checkout's HEAD (+dirty): recorded beside the binary's commit, never in its place."""
+    try:
+        c = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        if c.returncode != 0 or not c.stdout.strip():
+            return None
+        dirty = subprocess.run(["git", "--no-optional-locks", "-C", ROOT, "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+        return c.stdout.strip() + ("+dirty" if dirty else "")
     except OSError:
         return None
 
