@@ -44,8 +44,9 @@ also printed) into --out-dir. The JSON's meta.qevict_commit is the commit the --
 was built from (`qevict --version`; null for a binary older than that flag), and
 meta.checkout_commit this checkout's HEAD when the script ran (results written before
 --version existed hold the checkout's HEAD as qevict_commit, which need not be the binary's:
-results/README.md says which commit each folder's binary was). Progress goes to stderr. Needs only this venv's python (gguf),
-the qevict build (build/tools/qevict, build/tools/qevict-membw) and tools/llamacpp.sh.
+results/README.md says which commit each folder's binary was). Progress goes to stderr.
+Needs only this venv's python (gguf), the qevict build (build/tools/qevict,
+build/tools/qevict-membw) and tools/llamacpp.sh.
 """
 import argparse
 import csv
