@@ -1,4 +1,4 @@
-// The constant of the bytes-held bound (issue 9 item 2, README "Bytes held"): what a budgeted
+// The constant of the bytes-held bound (issue 9 item 2; BENCHMARKS §7): what a budgeted
 // tiered cache may hold beyond budget × 1.05, shared by the synthetic test
 // (tests/kvcache/bytes_bound_test.cpp) and the real-model one
 // (tests/e2e/bytes_held_model_test.cpp).

@@ -2,7 +2,7 @@
 // of a 16K-token full cache, prefilled in 512-token chunks (routing after each, the default
 // `chunk` prefill route) with a few decode steps before each mark. At 2K, 8K and 16K
 // positions the cache holds at most budget × 1.05 plus the constant of
-// tests/common/bytes_bound.h (stated in the README), and nothing grows from 8K to 16K.
+// tests/common/bytes_bound.h (stated in BENCHMARKS §7), and nothing grows from 8K to 16K.
 // Positions past SmolLM2's trained 8,192 are for memory only: the text is the golden tokens
 // repeated.
 #include <gtest/gtest.h>
