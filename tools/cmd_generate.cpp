@@ -1,5 +1,7 @@
 // qevict generate: prompt (-p/-f, optionally wrapped in the model's chat template) →
-// chunked prefill → streamed sampling; a timing line on stderr at the end.
+// chunked prefill → streamed sampling; a timing line on stderr at the end. Like llama-cli and
+// `qevict tokenize`, special-token text in the prompt (e.g. <|im_start|>) is read as those
+// tokens unless --no-parse-special.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -21,6 +23,7 @@ struct GenerateArgs {
   int64_t n_ctx = 4096;
   bool chat = false;
   bool ignore_eos = false;
+  bool no_parse_special = false;
   SamplingParams sampling;
   int64_t seed = -1;
   int prefill_chunk = 512;
@@ -54,7 +57,7 @@ int run_generate(const GenerateArgs& a) {
   Tokenizer& tok = *loaded->tokenizer;
 
   std::string prompt_text = *text;
-  bool parse_special = false;
+  bool parse_special = !a.no_parse_special;
   if (a.chat) {
     std::vector<ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
@@ -70,7 +73,7 @@ int run_generate(const GenerateArgs& a) {
       if (!r) return fail("chat template: " + r.error());
       prompt_text = *r;
     }
-    parse_special = true;
+    parse_special = true;  // the template's own tokens, whatever the flag says
   }
   GenerationRequest req;
   req.prompt = tok.encode(prompt_text, /*add_special=*/true, parse_special);
@@ -156,6 +159,9 @@ Runner add_generate(CLI::App& app) {
   app.add_flag("--chat", a->chat, "wrap the prompt as a user message in the model's chat template");
   app.add_option("--system", a->system, "system message for --chat");
   app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens");
+  app.add_flag("--no-parse-special", a->no_parse_special,
+               "treat special-token text (e.g. <|im_start|>) in the prompt as plain text "
+               "(not with --chat: the template's tokens are always parsed)");
   app.add_option("--temp", a->sampling.temperature, "temperature (0 = greedy)")
       ->capture_default_str();
   app.add_option("--top-k", a->sampling.top_k, "top-k (0 = off)")->capture_default_str();

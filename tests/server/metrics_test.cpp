@@ -1,0 +1,49 @@
+// GET /metrics's text (src/server/metrics.*): Prometheus' format, exact for chosen values.
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+namespace qevict {
+namespace {
+
+TEST(PrometheusMetrics, ExactLinesForChosenValues) {
+  SchedulerMetrics m;
+  m.requests = 12;
+  m.refused_queue_full = 2;
+  m.pool_bytes = size_t(1) << 29;
+  m.held_full = 1000;
+  m.held_quant = 250;
+  m.held_sink = 0;
+  m.decode_seconds = 2.0;
+  m.decode_tokens = 45;
+  const std::string s = prometheus_metrics(m);
+  EXPECT_EQ(s.substr(0, s.find("# HELP qevict_requests_finished_total")),
+            "# HELP qevict_requests_total requests received\n"
+            "# TYPE qevict_requests_total counter\n"
+            "qevict_requests_total 12\n"
+            "# HELP qevict_requests_refused_total requests refused with 429 (queue full)\n"
+            "# TYPE qevict_requests_refused_total counter\n"
+            "qevict_requests_refused_total 2\n");
+  EXPECT_NE(s.find("\nqevict_kv_pool_bytes 536870912\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("# HELP qevict_kv_tier_bytes bytes in use by tier\n"
+                   "# TYPE qevict_kv_tier_bytes gauge\n"
+                   "qevict_kv_tier_bytes{tier=\"full\"} 1000\n"
+                   "qevict_kv_tier_bytes{tier=\"quant\"} 250\n"
+                   "qevict_kv_tier_bytes{tier=\"sink\"} 0\n"),
+            std::string::npos)
+      << s;
+  const std::string tail =
+      "# HELP qevict_decode_tokens_per_second tokens per second of decoding steps\n"
+      "# TYPE qevict_decode_tokens_per_second gauge\n"
+      "qevict_decode_tokens_per_second 22.5\n";
+  ASSERT_GE(s.size(), tail.size());
+  EXPECT_EQ(s.substr(s.size() - tail.size()), tail);
+  // 17 metrics of one value with their HELP and TYPE lines, then the tiers' 2 + 3 lines.
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 17 * 3 + 5);
+}
+
+}  // namespace
+}  // namespace qevict
