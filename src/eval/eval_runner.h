@@ -38,8 +38,8 @@ struct EvalDataset {
 
 struct EvalOptions {
   std::vector<std::string> tasks;  // may be empty when datasets are given
-  std::vector<int64_t> lengths;  // tokens: prompt (chat template included) + max_new_tokens
-  int n_samples = 2;             // samples 0 .. n_samples-1 of every (task, length)
+  std::vector<int64_t> lengths;    // tokens: prompt (chat template included) + max_new_tokens
+  int n_samples = 2;               // samples 0 .. n_samples-1 of every (task, length)
   // Registry policy names, optionally with options: "NAME[:key=value]..." where key is one of
   // score, q, window, route_every, sink, local, bits, route (chunk|end), prefill_window, pool
   // (e.g. "qevict:score=age", "qevict:q=0", "qevict:route=end").
