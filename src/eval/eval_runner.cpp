@@ -388,6 +388,8 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
              {"source", sample->source},
              {"haystack", opts.haystack},
              {"chat_template", !sample->raw},
+             {"input", sample->input},
+             {"answer_prefix", sample->answer_prefix},
              {"prompt", *text}};
       prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
       prompts += '\n';
