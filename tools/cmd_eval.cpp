@@ -1,11 +1,15 @@
 // qevict eval: the RULER-style task suite (eval/ruler_tasks.h) over a grid of tasks × lengths
 // × KV variants × budgets × samples, resumable, into --out DIR: results.jsonl (one line per
 // finished cell), summary.csv and summary.md. Plot: tools/eval/plot_eval.py DIR/summary.csv.
+// RULER's own data (qa_1/qa_2, the essay haystack) is read from --ruler-data, which
+// tools/fetch_ruler_data.sh fills; --dataset runs prompt files in RULER's format.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "cli_common.h"
@@ -13,6 +17,8 @@
 #include "eval/eval_runner.h"
 #include "eval/eval_summary.h"
 #include "eval/longdoc_tasks.h"
+#include "eval/ruler_dataset.h"
+#include "eval/ruler_qa.h"
 #include "eval/ruler_resources.h"
 #include "kvcache/registry.h"
 
@@ -36,13 +42,28 @@ struct EvalArgs {
   std::string out_dir;
   int64_t seed = 0;
   int prefill_chunk = 512;
-  std::string haystack = kDefaultHaystack, haystack_start = kDefaultHaystackStart;
+  std::string haystack = "jargon", haystack_start = kDefaultHaystackStart;
+  std::string ruler_data;  // empty: the cache's ruler-data (default_ruler_data)
+  std::vector<std::string> datasets;
+  std::string dataset_metric = "all";
+  int dataset_tokens = 128;
+  int64_t dataset_length = 0;
   std::string words = kDefaultWords;
   std::string code_dir = kDefaultCodeDir;
   bool summary_only = false;
   bool prompts_only = false;
   KvOptions kv;
 };
+
+// Where tools/fetch_ruler_data.sh puts RULER's data: $QEVICT_CACHE/ruler-data, else
+// ${XDG_CACHE_HOME:-~/.cache}/qevict/ruler-data.
+std::string default_ruler_data() {
+  if (const char* c = std::getenv("QEVICT_CACHE"); c && *c) return std::string(c) + "/ruler-data";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/qevict/ruler-data";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/qevict/ruler-data";
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -124,6 +145,67 @@ std::string duration(double s) {
   return fmt::format("{:.1f} h", s / 3600);
 }
 
+// The haystacks, word list, code files, RULER's QA data and --dataset files the run needs.
+// A qa task whose data is missing is left out with a message (tools/fetch_ruler_data.sh
+// fetches it); --dataset replaces the profile's tasks unless --tasks is given too.
+Status load_inputs(const EvalArgs& a, eval::EvalOptions* o, eval::RulerResources* res) {
+  const std::string data_dir = a.ruler_data.empty() ? default_ruler_data() : a.ruler_data;
+  if (!a.datasets.empty()) {
+    if (a.tasks.empty()) o->tasks.clear();
+    eval::DatasetOptions dopt;
+    dopt.max_new_tokens = a.dataset_tokens;
+    dopt.metric =
+        a.dataset_metric == "part" ? eval::RulerMetric::kMatchPart : eval::RulerMetric::kMatchAll;
+    dopt.length = a.dataset_length;
+    for (const auto& path : a.datasets) {
+      auto samples = eval::load_dataset(path, dopt);
+      if (!samples) return samples.status();
+      eval::EvalDataset d{path, {}};
+      std::map<std::string, int> per_task;  // --samples N: a task's first N prompts
+      for (auto& smp : *samples)
+        if (a.samples <= 0 || per_task[smp.task]++ < a.samples) d.samples.push_back(std::move(smp));
+      o->datasets.push_back(std::move(d));
+    }
+  }
+  // The Jargon File (or a given text) is read in any case: doc_qa / doc_sum ask about it.
+  const bool named = a.haystack == "jargon" || a.haystack == "essay";
+  auto r =
+      eval::load_ruler_resources(named ? kDefaultHaystack : a.haystack, a.haystack_start, a.words);
+  if (!r) return r.status();
+  *res = std::move(*r);
+  if (a.haystack == "essay") {
+    auto words = eval::load_essay_words(data_dir);
+    if (!words) return words.status();
+    res->doc_words = std::move(res->essay_words);
+    res->essay_words = std::move(*words);
+  }
+  std::vector<std::string> kept;
+  for (const auto& t : o->tasks) {
+    if (eval::is_qa_task(t)) {
+      auto set = eval::load_qa_set(data_dir, t);
+      if (!set) {
+        std::fprintf(stderr, "eval: skipping %s: %s\n", t.c_str(), set.error().c_str());
+        continue;
+      }
+      (t == "qa_1" ? res->squad : res->hotpotqa) =
+          std::make_shared<const eval::QaSet>(std::move(*set));
+    }
+    kept.push_back(t);
+  }
+  o->tasks = std::move(kept);
+  if (std::find(o->tasks.begin(), o->tasks.end(), "lcc") != o->tasks.end()) {
+    // Files long enough for the shortest length's context (lcc_sample checks each length).
+    int64_t shortest = *std::min_element(o->lengths.begin(), o->lengths.end());
+    auto files = eval::find_code_files(a.code_dir, int64_t(4.5 * double(shortest)) + 256);
+    if (!files) return files.status();
+    if (files->empty())
+      return Status::error(
+          fmt::format("lcc: no Python file under {} is long enough (--code-dir)", a.code_dir));
+    res->code_files = std::move(*files);
+  }
+  return Status::ok();
+}
+
 int run_eval_cmd(EvalArgs a) {
   if (a.summary_only) {
     auto md = eval::write_eval_summary(a.out_dir);
@@ -151,23 +233,14 @@ int run_eval_cmd(EvalArgs a) {
   o.seed = uint64_t(a.seed);
   o.out_dir = a.out_dir;
   o.prompts_only = a.prompts_only;
+  o.haystack = eval::haystack_name(a.haystack);
+  eval::RulerResources res;
+  s = load_inputs(a, &o, &res);
+  if (!s) return fail(s.message());
   s = o.validate();
   if (!s) return fail(s.message());
   auto variants = eval::expand_variants(o);  // flag errors before the model loads
   if (!variants) return fail(variants.error());
-
-  auto res = eval::load_ruler_resources(a.haystack, a.haystack_start, a.words);
-  if (!res) return fail(res.error());
-  if (std::find(o.tasks.begin(), o.tasks.end(), "lcc") != o.tasks.end()) {
-    // Files long enough for the shortest length's context (lcc_sample checks each length).
-    int64_t shortest = *std::min_element(o.lengths.begin(), o.lengths.end());
-    auto files = eval::find_code_files(a.code_dir, int64_t(4.5 * double(shortest)) + 256);
-    if (!files) return fail(files.error());
-    if (files->empty())
-      return fail(
-          fmt::format("lcc: no Python file under {} is long enough (--code-dir)", a.code_dir));
-    res->code_files = std::move(*files);
-  }
   auto path = resolve_model_path(a.model.model_path);
   if (!path) return fail(path.error());
   o.model_name = std::filesystem::path(*path).filename().string();
@@ -186,10 +259,12 @@ int run_eval_cmd(EvalArgs a) {
                "eval: %zu task(s) x %zu length(s) x %d sample(s) x %zu variant column(s), model "
                "%s, %d threads, haystack %s (%zu words), out %s\n",
                o.tasks.size(), o.lengths.size(), o.n_samples, variants->size(),
-               o.model_name.c_str(), threads, a.haystack.c_str(), res->essay_words.size(),
+               o.model_name.c_str(), threads, o.haystack.c_str(), res.essay_words.size(),
                o.out_dir.c_str());
+  for (const auto& d : o.datasets)
+    std::fprintf(stderr, "eval: %s: %zu prompt(s)\n", d.path.c_str(), d.samples.size());
   s = eval::run_eval(
-      *loaded->model, *loaded->tokenizer, pool, *res, o, [](const eval::EvalProgress& p) {
+      *loaded->model, *loaded->tokenizer, pool, res, o, [](const eval::EvalProgress& p) {
         if (p.run_done == 0) {
           std::fprintf(stderr, "eval: %lld of %lld cells already done, %lld to run\n",
                        (long long)p.skipped, (long long)p.total, (long long)(p.total - p.done));
@@ -227,13 +302,14 @@ Runner add_eval(CLI::App& app) {
                  "below replace parts of it")
       ->capture_default_str()
       ->check(CLI::IsMember({"quick", "full"}));
-  app.add_option("--tasks", a->tasks,
-                 "comma-separated tasks. RULER's: niah_single_1/2/3, niah_multikey_1/2/3, "
-                 "niah_multivalue, niah_multiquery, vt, cwe, fwe (qa_1/qa_2: no QA data ships "
-                 "in a package). Long documents: lcc (the next line of a real Python file, "
-                 "edit similarity), doc_qa and doc_sum (a question about a term / a summary of a "
-                 "long Jargon File excerpt, scored as agreement with FullKV's answer: needs the "
-                 "variant full)");
+  app.add_option(
+      "--tasks", a->tasks,
+      "comma-separated tasks. RULER's: niah_single_1/2/3, niah_multikey_1/2/3, "
+      "niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1 (SQuAD), qa_2 (HotpotQA; "
+      "both need --ruler-data). Long documents: lcc (the next line of a real Python file, "
+      "edit similarity), doc_qa and doc_sum (a question about a term / a summary of a "
+      "long Jargon File excerpt, scored as agreement with FullKV's answer: needs the "
+      "variant full)");
   app.add_option("--lengths", a->lengths,
                  "comma-separated lengths in tokens (prompt in the chat template + generated), "
                  "e.g. 4K,8K");
@@ -254,11 +330,37 @@ Runner add_eval(CLI::App& app) {
   app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--haystack", a->haystack, "prose for the haystacks (text or .gz)")
+  app.add_option("--haystack", a->haystack,
+                 "the essay haystack of niah: jargon (the Jargon File, Debian's jargon-text), "
+                 "essay (RULER's own: Paul Graham's essays from --ruler-data) or a path to any "
+                 "text (plain or .gz). Recorded on every result; a DIR holds one haystack's")
       ->capture_default_str();
   app.add_option("--haystack-start", a->haystack_start,
-                 "the prose starts at the first occurrence of this text (empty: at the start)")
+                 "jargon or a path: the prose starts at the first occurrence of this text "
+                 "(empty: at the start)")
       ->capture_default_str();
+  app.add_option("--ruler-data", a->ruler_data,
+                 "RULER's data directory (squad.json, hotpotqa.json, PaulGrahamEssays.json), as "
+                 "tools/fetch_ruler_data.sh prints it; default $QEVICT_CACHE/ruler-data or "
+                 "~/.cache/qevict/ruler-data. qa_1/qa_2 are skipped when their file is missing");
+  app.add_option("--dataset", a->datasets,
+                 "a RULER-format JSONL file of prompts (input, outputs, optional answer_prefix, "
+                 "length, index, tokens_to_generate, task) run through every variant; "
+                 "repeatable. Replaces the profile's tasks unless --tasks is given; --samples N "
+                 "keeps a task's first N prompts");
+  app.add_option("--dataset-metric", a->dataset_metric,
+                 "--dataset's metric: all (string_match_all, RULER's synthetic tasks) or part "
+                 "(string_match_part, RULER's qa)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all", "part"}));
+  app.add_option("--dataset-tokens", a->dataset_tokens,
+                 "tokens to generate for --dataset lines without tokens_to_generate")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dataset-length", a->dataset_length,
+                 "the length recorded for --dataset cells (default: the lines' largest length "
+                 "rounded up to a multiple of 1024)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--code-dir", a->code_dir,
                  "Python sources for lcc (searched recursively, test directories left out)")
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include "engine/generator.h"
 #include "eval/eval_summary.h"
 #include "eval/longdoc_tasks.h"
+#include "eval/ruler_dataset.h"
 #include "eval/ruler_resources.h"
 #include "kvcache/factory.h"
 #include "kvcache/registry.h"
@@ -26,17 +27,23 @@ namespace qevict::eval {
 using json = nlohmann::json;
 
 Status EvalOptions::validate() const {
-  if (tasks.empty()) return Status::error("no tasks given");
+  if (tasks.empty() && datasets.empty()) return Status::error("no tasks given");
   bool agreement = false;
   for (const auto& t : tasks) {
     if (!is_ruler_task(t) && !is_longdoc_task(t))
       return Status::error(fmt::format("unknown task '{}'", t));
     agreement |= t == "doc_qa" || t == "doc_sum";
   }
+  for (const auto& d : datasets)
+    for (const auto& s : d.samples)
+      if (std::find(tasks.begin(), tasks.end(), s.task) != tasks.end())
+        return Status::error(fmt::format(
+            "{}: its task '{}' is also a built-in task of this run: run it into another --out",
+            d.path, s.task));
   if (agreement && std::find(variants.begin(), variants.end(), "full") == variants.end())
     return Status::error(
         "doc_qa and doc_sum score agreement with FullKV's answer: add the variant 'full'");
-  if (lengths.empty()) return Status::error("no lengths given");
+  if (lengths.empty() && !tasks.empty()) return Status::error("no lengths given");
   for (int64_t l : lengths)
     if (l < 256) return Status::error(fmt::format("length {} is too short (at least 256)", l));
   if (n_samples <= 0) return Status::error("the number of samples must be positive");
@@ -248,6 +255,10 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
     if (!text) return text.status();
     QEVICT_RETURN_IF_ERROR(write_file_atomic(path, *text));
   }
+  const std::set<std::string> builtin_tasks(opts.tasks.begin(), opts.tasks.end());
+  std::set<std::string> file_tasks;
+  for (const auto& d : opts.datasets)
+    for (const auto& s : d.samples) file_tasks.insert(s.task);
   int64_t n_bad = 0;
   auto old = read_eval_results(path, &n_bad);
   if (!old) return old.status();
@@ -266,9 +277,21 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
       return Status::error(
           fmt::format("{} holds results of model '{}', not '{}': give another --out", path, m,
                       opts.model_name));
-    done.insert(eval_cell_key(j.value("task", ""), j.value("length", int64_t(0)),
-                              j.value("variant", ""), j.value("budget", 0.0),
-                              j.value("sample", 0)));
+    const std::string h = j.value("haystack", "jargon");
+    if (h != opts.haystack)
+      return Status::error(
+          fmt::format("{} holds results with the haystack '{}', not '{}': give another --out", path,
+                      h, opts.haystack));
+    // A task of a --dataset file and a built-in task of the same name never share cells.
+    const std::string task = j.value("task", "");
+    const bool from_file = j.contains("dataset");
+    if (from_file ? builtin_tasks.count(task) > 0 : file_tasks.count(task) > 0)
+      return Status::error(fmt::format(
+          "{} holds {} results of task '{}', which this run takes from {}: give another --out",
+          path, from_file ? "--dataset" : "built-in", task,
+          from_file ? "the generator" : "a --dataset file"));
+    done.insert(eval_cell_key(task, j.value("length", int64_t(0)), j.value("variant", ""),
+                              j.value("budget", 0.0), j.value("sample", 0)));
   }
   if (opts.prompts_only) done.clear();  // prompts of every cell, run or not
   // A run killed while writing leaves a partial last line: start the next on a fresh line.
@@ -290,14 +313,44 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
     if (needs_newline) out << "\n";
   }
 
-  EvalProgress pr;
-  pr.total =
-      int64_t(opts.lengths.size() * opts.tasks.size()) * opts.n_samples * int64_t(variants->size());
+  const PromptTokenCounter count = [&](const RulerSample& s) -> Expected<int64_t> {
+    auto ids = formatter.encode(s.input, s.answer_prefix, s.raw);
+    if (!ids) return ids.status();
+    return int64_t(ids->size());
+  };
+  // The grid's samples: every (length, task, sample) of the generator, then the files' prompts
+  // (given: the prompt itself).
+  struct Work {
+    std::string task;
+    int64_t length;
+    int sample;
+    const RulerSample* given = nullptr;
+    const std::string* dataset = nullptr;  // the file's path
+  };
+  std::vector<Work> work;
   for (int64_t l : opts.lengths)
     for (const auto& t : opts.tasks)
-      for (int s = 0; s < opts.n_samples; ++s)
-        for (const auto& v : *variants)
-          pr.skipped += done.count(eval_cell_key(t, l, v.spec, v.budget, s)) ? 1 : 0;
+      for (int s = 0; s < opts.n_samples; ++s) work.push_back({t, l, s});
+  std::vector<EvalDataset> datasets = opts.datasets;
+  for (auto& d : datasets) {
+    // A task whose lines give no length: its prompts' longest (tokens + generated), rounded.
+    std::map<std::string, int64_t> longest;
+    for (const auto& s : d.samples) {
+      if (s.length > 0) continue;
+      auto t = count(s);
+      if (!t) return Status::error(fmt::format("{}: {}", d.path, t.error()));
+      longest[s.task] = std::max(longest[s.task], *t + s.max_new_tokens);
+    }
+    for (auto& s : d.samples)
+      if (s.length == 0) s.length = round_up_length(longest[s.task]);
+    for (const auto& s : d.samples) work.push_back({s.task, s.length, s.sample, &s, &d.path});
+  }
+
+  EvalProgress pr;
+  pr.total = int64_t(work.size()) * int64_t(variants->size());
+  for (const Work& w : work)
+    for (const auto& v : *variants)
+      pr.skipped += done.count(eval_cell_key(w.task, w.length, v.spec, v.budget, w.sample)) ? 1 : 0;
   pr.done = pr.skipped;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -306,147 +359,147 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
   std::vector<int32_t> stop_tokens;
   for (int32_t id = 0; id < tok.n_vocab(); ++id)
     if (tok.is_eog(id)) stop_tokens.push_back(id);
-  const PromptTokenCounter count = [&](const RulerSample& s) -> Expected<int64_t> {
-    auto ids = formatter.encode(s.input, s.answer_prefix, s.raw);
-    if (!ids) return ids.status();
-    return int64_t(ids->size());
-  };
 
-  for (int64_t length : opts.lengths) {
-    for (const auto& task : opts.tasks) {
-      for (int si = 0; si < opts.n_samples; ++si) {
-        std::vector<const EvalVariant*> pending;
-        for (const auto& v : *variants)
-          if (!done.count(eval_cell_key(task, length, v.spec, v.budget, si))) pending.push_back(&v);
-        if (pending.empty()) continue;
-        auto sample = make_ruler_sample(task, length, si, opts.seed, res, count);
-        if (!sample) return sample.status();
-        auto prompt = formatter.encode(sample->input, sample->answer_prefix, sample->raw);
-        if (!prompt) return prompt.status();
-        if (opts.prompts_only) {
-          auto text = formatter.render(sample->input, sample->answer_prefix, sample->raw);
-          if (!text) return text.status();
-          json j{{"task", task},
-                 {"length", length},
-                 {"sample", si},
-                 {"seed", sample->seed},
-                 {"prompt_tokens", prompt->size()},
-                 {"haystack_units", sample->haystack_units},
-                 {"max_new_tokens", sample->max_new_tokens},
-                 {"expected", sample->expected},
-                 {"metric", metric_name(sample->metric)},
-                 {"source", sample->source},
-                 {"chat_template", !sample->raw},
-                 {"prompt", *text}};
-          prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
-          prompts += '\n';
-          pr.run_done += int64_t(pending.size());
-          pr.done += int64_t(pending.size());
-          pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-          pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
-          pr.last = fmt::format("{} {} #{}: prompt of {} tokens", task, length, si, prompt->size());
-          if (progress) progress(pr);
-          continue;
-        }
-        const int64_t n_ctx = int64_t(prompt->size()) + sample->max_new_tokens;
-        std::vector<std::unique_ptr<SequenceKvCache>> caches;
-        std::vector<GenerationRequest> reqs;
-        for (const EvalVariant* v : pending) {
-          auto c = make_kv_cache(model.kv_shape(), n_ctx, v->params);
-          if (!c)
-            return Status::error(
-                fmt::format("{} at {}: {}", v->spec, budget_str(v->budget), c.error()));
-          caches.push_back(std::move(*c));
-          GenerationRequest r;
-          r.cache = caches.back().get();
-          r.prompt = *prompt;
-          r.n_predict = sample->max_new_tokens;
-          r.sampling.temperature = 0.0f;  // greedy, as RULER
-          r.stop_tokens = stop_tokens;
-          reqs.push_back(std::move(r));
-        }
-        // One prefill per sample: every cache that keeps the whole prompt until end_prompt()
-        // (FullKV, --prefill-route end) replays the first such cache's prefill instead of
-        // running the model again (engine/prefill_share.h).
-        int source = -1;
-        for (size_t i = 0; i < reqs.size(); ++i) {
-          if (!caches[i]->prefill_keeps_everything()) continue;
-          if (source < 0)
-            source = int(i);
-          else
-            reqs[i].share_prefill_of = source;
-        }
-        GenerateOptions go;
-        go.prefill_chunk = opts.prefill_chunk;
-        GenerationStats st;
-        QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, &st));
-
-        std::string last = fmt::format("{} {} #{}:", task, length, si);
-        std::vector<std::string> texts;
-        for (size_t i = 0; i < reqs.size(); ++i) {
-          std::vector<int32_t> ids = reqs[i].output;
-          if (reqs[i].hit_stop && !ids.empty()) ids.pop_back();
-          texts.push_back(tok.decode(ids));
-          if (pending[i]->spec == "full") full_output[sample_key(task, length, si)] = texts.back();
-        }
-        if (sample->metric == RulerMetric::kAgreeFull) {
-          const auto it = full_output.find(sample_key(task, length, si));
-          if (it == full_output.end())
-            return Status::error(
-                fmt::format("{} {} #{}: no FullKV output to score against", task, length, si));
-          sample->expected = {it->second};
-        }
-        for (size_t i = 0; i < reqs.size(); ++i) {
-          const EvalVariant& v = *pending[i];
-          const std::string& text = texts[i];
-          const double score = score_ruler(sample->metric, text, sample->expected);
-          json j;
-          j["task"] = task;
-          j["length"] = length;
-          j["variant"] = v.spec;
-          j["budget"] = v.budget;
-          j["sample"] = si;
-          j["seed"] = sample->seed;
-          j["model"] = opts.model_name;
-          j["prompt_tokens"] = prompt->size();
-          j["haystack_units"] = sample->haystack_units;
-          j["max_new_tokens"] = sample->max_new_tokens;
-          j["n_generated"] = reqs[i].output.size();
-          j["hit_stop"] = reqs[i].hit_stop;
-          j["output"] = text;
-          j["expected"] = sample->expected;  // doc_qa, doc_sum: FullKV's output
-          j["score"] = score;
-          j["metric"] = metric_name(sample->metric);
-          if (sample->metric == RulerMetric::kEditSim)
-            j["exact_match"] = code_line_exact(text, sample->expected.at(0));
-          if (!sample->source.empty()) j["source"] = sample->source;
-          // Times are the batch's: all pending variants of this sample ran together.
-          j["batch"] = reqs.size();
-          j["prefill_seconds"] = st.prompt_seconds;
-          j["prefill_parts"] = {{"model", st.prompt_model_seconds},
-                                {"replay", st.prompt_replay_seconds},
-                                {"end_prompt", st.prompt_end_seconds}};
-          j["prefill_shared"] = reqs[i].share_prefill_of >= 0;  // replayed, not recomputed
-          j["prefill_model_tokens"] = st.n_prompt;              // the batch's, by the model
-          j["decode_seconds"] = st.decode_seconds;
-          j["bytes_held"] = caches[i]->bytes_held();
-          j["kv"] = caches[i]->describe();
-          out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-          done.insert(eval_cell_key(task, length, v.spec, v.budget, si));
-          last += fmt::format(" {}{}={:.2f}", v.spec,
-                              v.budget > 0 ? "@" + budget_str(v.budget) : "", score);
-        }
-        out.flush();
-        if (!out) return Status::error(fmt::format("{}: write failed", path));
-        QEVICT_RETURN_IF_ERROR(gzip_copy(path, gz_path));
-        pr.run_done += int64_t(reqs.size());
-        pr.done += int64_t(reqs.size());
-        pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-        pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
-        pr.last = last;
-        if (progress) progress(pr);
-      }
+  for (const Work& w : work) {
+    const std::string& task = w.task;
+    const int64_t length = w.length;
+    const int si = w.sample;
+    std::vector<const EvalVariant*> pending;
+    for (const auto& v : *variants)
+      if (!done.count(eval_cell_key(task, length, v.spec, v.budget, si))) pending.push_back(&v);
+    if (pending.empty()) continue;
+    auto sample = w.given ? Expected<RulerSample>(*w.given)
+                          : make_ruler_sample(task, length, si, opts.seed, res, count);
+    if (!sample) return sample.status();
+    auto prompt = formatter.encode(sample->input, sample->answer_prefix, sample->raw);
+    if (!prompt) return prompt.status();
+    if (opts.prompts_only) {
+      auto text = formatter.render(sample->input, sample->answer_prefix, sample->raw);
+      if (!text) return text.status();
+      json j{{"task", task},
+             {"length", length},
+             {"sample", si},
+             {"seed", sample->seed},
+             {"prompt_tokens", prompt->size()},
+             {"haystack_units", sample->haystack_units},
+             {"max_new_tokens", sample->max_new_tokens},
+             {"expected", sample->expected},
+             {"metric", metric_name(sample->metric)},
+             {"source", sample->source},
+             {"haystack", opts.haystack},
+             {"chat_template", !sample->raw},
+             {"input", sample->input},
+             {"answer_prefix", sample->answer_prefix},
+             {"prompt", *text}};
+      prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
+      prompts += '\n';
+      pr.run_done += int64_t(pending.size());
+      pr.done += int64_t(pending.size());
+      pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+      pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
+      pr.last = fmt::format("{} {} #{}: prompt of {} tokens", task, length, si, prompt->size());
+      if (progress) progress(pr);
+      continue;
     }
+    const int64_t n_ctx = int64_t(prompt->size()) + sample->max_new_tokens;
+    std::vector<std::unique_ptr<SequenceKvCache>> caches;
+    std::vector<GenerationRequest> reqs;
+    for (const EvalVariant* v : pending) {
+      auto c = make_kv_cache(model.kv_shape(), n_ctx, v->params);
+      if (!c)
+        return Status::error(
+            fmt::format("{} at {}: {}", v->spec, budget_str(v->budget), c.error()));
+      caches.push_back(std::move(*c));
+      GenerationRequest r;
+      r.cache = caches.back().get();
+      r.prompt = *prompt;
+      r.n_predict = sample->max_new_tokens;
+      r.sampling.temperature = 0.0f;  // greedy, as RULER
+      r.stop_tokens = stop_tokens;
+      reqs.push_back(std::move(r));
+    }
+    // One prefill per sample: every cache that keeps the whole prompt until end_prompt()
+    // (FullKV, --prefill-route end) replays the first such cache's prefill instead of
+    // running the model again (engine/prefill_share.h).
+    int source = -1;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (!caches[i]->prefill_keeps_everything()) continue;
+      if (source < 0)
+        source = int(i);
+      else
+        reqs[i].share_prefill_of = source;
+    }
+    GenerateOptions go;
+    go.prefill_chunk = opts.prefill_chunk;
+    GenerationStats st;
+    QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, &st));
+
+    std::string last = fmt::format("{} {} #{}:", task, length, si);
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      std::vector<int32_t> ids = reqs[i].output;
+      if (reqs[i].hit_stop && !ids.empty()) ids.pop_back();
+      texts.push_back(tok.decode(ids));
+      if (pending[i]->spec == "full") full_output[sample_key(task, length, si)] = texts.back();
+    }
+    if (sample->metric == RulerMetric::kAgreeFull) {
+      const auto it = full_output.find(sample_key(task, length, si));
+      if (it == full_output.end())
+        return Status::error(
+            fmt::format("{} {} #{}: no FullKV output to score against", task, length, si));
+      sample->expected = {it->second};
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const EvalVariant& v = *pending[i];
+      const std::string& text = texts[i];
+      const double score = score_ruler(sample->metric, text, sample->expected);
+      json j;
+      j["task"] = task;
+      j["length"] = length;
+      j["variant"] = v.spec;
+      j["budget"] = v.budget;
+      j["sample"] = si;
+      j["seed"] = sample->seed;
+      j["model"] = opts.model_name;
+      j["haystack"] = opts.haystack;
+      if (w.dataset) j["dataset"] = *w.dataset;
+      j["prompt_tokens"] = prompt->size();
+      j["haystack_units"] = sample->haystack_units;
+      j["max_new_tokens"] = sample->max_new_tokens;
+      j["n_generated"] = reqs[i].output.size();
+      j["hit_stop"] = reqs[i].hit_stop;
+      j["output"] = text;
+      j["expected"] = sample->expected;  // doc_qa, doc_sum: FullKV's output
+      j["score"] = score;
+      j["metric"] = metric_name(sample->metric);
+      if (sample->metric == RulerMetric::kEditSim)
+        j["exact_match"] = code_line_exact(text, sample->expected.at(0));
+      if (!sample->source.empty()) j["source"] = sample->source;
+      // Times are the batch's: all pending variants of this sample ran together.
+      j["batch"] = reqs.size();
+      j["prefill_seconds"] = st.prompt_seconds;
+      j["prefill_parts"] = {{"model", st.prompt_model_seconds},
+                            {"replay", st.prompt_replay_seconds},
+                            {"end_prompt", st.prompt_end_seconds}};
+      j["prefill_shared"] = reqs[i].share_prefill_of >= 0;  // replayed, not recomputed
+      j["prefill_model_tokens"] = st.n_prompt;              // the batch's, by the model
+      j["decode_seconds"] = st.decode_seconds;
+      j["bytes_held"] = caches[i]->bytes_held();
+      j["kv"] = caches[i]->describe();
+      out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+      done.insert(eval_cell_key(task, length, v.spec, v.budget, si));
+      last += fmt::format(" {}{}={:.2f}", v.spec, v.budget > 0 ? "@" + budget_str(v.budget) : "",
+                          score);
+    }
+    out.flush();
+    if (!out) return Status::error(fmt::format("{}: write failed", path));
+    QEVICT_RETURN_IF_ERROR(gzip_copy(path, gz_path));
+    pr.run_done += int64_t(reqs.size());
+    pr.done += int64_t(reqs.size());
+    pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+    pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
+    pr.last = last;
+    if (progress) progress(pr);
   }
   if (opts.prompts_only) return write_file_atomic(opts.out_dir + "/prompts.jsonl", prompts);
   return Status::ok();

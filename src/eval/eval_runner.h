@@ -30,10 +30,16 @@ struct EvalVariant {
   KvCacheParams params;  // complete, validated, except budget_fraction (set per sample)
 };
 
+// Prompts of a RULER-format file (`--dataset`, ruler_dataset.h), run like a built-in task's.
+struct EvalDataset {
+  std::string path;                  // recorded on every result line as "dataset"
+  std::vector<RulerSample> samples;  // length 0: set from the prompts' tokens (round_up_length)
+};
+
 struct EvalOptions {
-  std::vector<std::string> tasks;
-  std::vector<int64_t> lengths;  // tokens: prompt (chat template included) + max_new_tokens
-  int n_samples = 2;             // samples 0 .. n_samples-1 of every (task, length)
+  std::vector<std::string> tasks;  // may be empty when datasets are given
+  std::vector<int64_t> lengths;    // tokens: prompt (chat template included) + max_new_tokens
+  int n_samples = 2;               // samples 0 .. n_samples-1 of every (task, length)
   // Registry policy names, optionally with options: "NAME[:key=value]..." where key is one of
   // score, q, window, route_every, sink, local, bits, route (chunk|end), prefill_window, pool
   // (e.g. "qevict:score=age", "qevict:q=0", "qevict:route=end").
@@ -45,6 +51,11 @@ struct EvalOptions {
   uint64_t seed = 0;  // base of every sample's seed (ruler_seed)
   std::string out_dir;
   std::string model_name;  // recorded on every line; a rerun into the same DIR must match
+  // The essay haystack's name (ruler_resources.h haystack_name), recorded on every line as
+  // "haystack"; a rerun into the same DIR must match (lines without it: "jargon", the only
+  // haystack before it was recorded).
+  std::string haystack = "jargon";
+  std::vector<EvalDataset> datasets;  // --dataset files, after the built-in tasks
   // Only build the prompts (DIR/prompts.jsonl: the rendered prompt, its tokens, the expected
   // answers): to read what the model would see, or time generation, without running it.
   bool prompts_only = false;

@@ -147,7 +147,7 @@ Expected<RulerSample> lcc_sample(int64_t length, int64_t units, std::mt19937_64&
 
 RulerSample doc_sample(const std::string& task, int64_t units, std::mt19937_64& rng,
                        const RulerResources& res) {
-  const std::vector<std::string>& w = res.essay_words;
+  const std::vector<std::string>& w = res.doc_words.empty() ? res.essay_words : res.doc_words;
   const size_t start = size_t(below(rng, w.size()));
   const uint64_t pick = rng();  // which headword of the middle half (doc_qa)
   std::string doc;
@@ -235,7 +235,8 @@ Expected<RulerSample> build_longdoc_sample(const std::string& task, int64_t leng
   if (units < longdoc_min_units(task))
     return Status::error(fmt::format("{}: {} units, fewer than the {} the task needs", task, units,
                                      longdoc_min_units(task)));
-  if (task != "lcc" && res.essay_words.empty()) return Status::error("no haystack prose given");
+  if (task != "lcc" && res.essay_words.empty() && res.doc_words.empty())
+    return Status::error("no haystack prose given");
   const uint64_t seed = ruler_seed(task, length, sample, base_seed);
   std::mt19937_64 rng(seed);
   RulerSample s;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace qevict::eval {
@@ -71,6 +73,44 @@ std::vector<std::string> plain_words(const std::string& text) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+std::vector<std::string> whitespace_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : text) {
+    // Python's \s on str: ASCII whitespace and \x1c-\x1f; Unicode spaces (U+00A0, U+2009 ...)
+    // too, which this byte-wise split keeps inside words (RULER's essays have few).
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isspace(u) || (u >= 0x1c && u <= 0x1f)) {
+      if (!w.empty()) words.push_back(std::move(w));
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  if (!w.empty()) words.push_back(std::move(w));
+  return words;
+}
+
+Expected<std::vector<std::string>> load_essay_words(const std::string& ruler_data_dir) {
+  const std::string path = ruler_data_dir + "/PaulGrahamEssays.json";
+  auto text = read_text_file(path);
+  if (!text)
+    return Status::error(text.error() +
+                         " (RULER's essay haystack: fetch it with tools/fetch_ruler_data.sh)");
+  const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
+    return Status::error(fmt::format("{}: not an object with a \"text\" string", path));
+  std::vector<std::string> words = whitespace_words(j["text"].get<std::string>());
+  if (words.size() < 1000)
+    return Status::error(fmt::format("{}: only {} words of prose", path, words.size()));
+  return words;
+}
+
+std::string haystack_name(const std::string& arg) {
+  if (arg == "jargon" || arg == "essay") return arg;
+  return "file:" + std::filesystem::path(arg).filename().string();
 }
 
 Expected<RulerResources> load_ruler_resources(const std::string& haystack_path,

@@ -1,7 +1,7 @@
 // The material of RULER-style haystacks, read at run time: real prose (any text file, gzip or
-// plain; the CLI's default is the public-domain Jargon File of Debian's jargon-text package)
-// and a word list (Debian's wamerican, /usr/share/dict/words). Nothing here is shipped in the
-// repository.
+// plain; the CLI's default is the public-domain Jargon File of Debian's jargon-text package, or
+// RULER's own Paul Graham essays from tools/fetch_ruler_data.sh's directory) and a word list
+// (Debian's wamerican, /usr/share/dict/words). Nothing here is shipped in the repository.
 #pragma once
 
 #include <string>
@@ -24,6 +24,17 @@ std::vector<std::string> prose_words(const std::string& text, const std::string&
 // Distinct lines of `text` made of 3 to 10 lowercase ASCII letters, sorted (drops proper
 // nouns, possessives and rare long words of a dictionary word list).
 std::vector<std::string> plain_words(const std::string& text);
+
+// The words of `text` split on runs of whitespace, as RULER splits its essays
+// (re.sub(r"\s+", " ", text).split(" "), without the empty ends).
+std::vector<std::string> whitespace_words(const std::string& text);
+
+// RULER's essay haystack: the "text" of PaulGrahamEssays.json in `ruler_data_dir`, in words.
+Expected<std::vector<std::string>> load_essay_words(const std::string& ruler_data_dir);
+
+// What `qevict eval --haystack ARG` is recorded as on every result line: "jargon" and "essay"
+// as they are, any other ARG (a path to a text file) as "file:" and its file name.
+std::string haystack_name(const std::string& arg);
 
 // Reads both files into RulerResources; errors name the file and the Debian package to install.
 Expected<RulerResources> load_ruler_resources(const std::string& haystack_path,

@@ -3,9 +3,10 @@
 // (templates, answer prefixes, tokens to generate), scripts/data/synthetic/niah.py (needles,
 // haystacks, the 40-point depth grid, the singular rewrite), variable_tracking.py,
 // common_words_extraction.py, freq_words_extraction.py, scripts/synthetic.yaml (per-task
-// parameters) and scripts/eval/synthetic/constants.py (string_match_all / _part). Deviations,
-// all because of what this machine has: the essay haystack is the text given at run time, not
-// Paul Graham's essays; key words and CWE's words are drawn from a plain word list (no
+// parameters) and scripts/eval/synthetic/constants.py (string_match_all / _part); qa_1/qa_2 in
+// ruler_qa.cpp. Deviations, all because of what this machine has: the essay haystack is the
+// text given at run time (qevict eval --haystack: RULER's own Paul Graham essays, or the Jargon
+// File); key words and CWE's words are drawn from a plain word list (no
 // part-of-speech lists, so keys are word-word pairs rather than adjective-noun); VT's in-context
 // example has a fixed 20 noise lines instead of being fitted to 500 tokens; the queried keys are
 // drawn before the haystack, so a sample's answers do not depend on the haystack size.
@@ -15,51 +16,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <set>
 
 #include "eval/longdoc_tasks.h"
+#include "eval/ruler_qa.h"
+#include "eval/ruler_rng.h"
 
 namespace qevict::eval {
 
 namespace {
-
-// Draws from std::mt19937, whose output sequence the standard fixes; the standard
-// distributions are implementation-defined, so with them one seed could give another sample
-// under another standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : g_(uint32_t(seed ^ (seed >> 32))) {}
-  // Uniform in [0, n), n in [1, 2^32], by rejection (no modulo bias).
-  uint64_t below(uint64_t n) {
-    const uint64_t range = uint64_t(1) << 32;
-    const uint64_t limit = range - range % n;
-    for (;;) {
-      const uint64_t x = g_();
-      if (x < limit) return x % n;
-    }
-  }
-  // Uniform in [lo, hi] (inclusive, as Python's random.randint).
-  int64_t between(int64_t lo, int64_t hi) { return lo + int64_t(below(uint64_t(hi - lo + 1))); }
-  uint32_t bits32() { return g_(); }
-  template <class T>
-  void shuffle(std::vector<T>& v) {  // Fisher-Yates
-    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[below(i)]);
-  }
-  // k distinct values of [0, n) in draw order (partial Fisher-Yates): the first draws do not
-  // depend on k, so a sample's answers stay the same while its haystack size is searched.
-  std::vector<int64_t> sample(int64_t n, int64_t k) {
-    std::vector<int64_t> idx(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) idx[size_t(i)] = i;
-    for (int64_t i = 0; i < k; ++i)
-      std::swap(idx[size_t(i)], idx[size_t(i + int64_t(below(uint64_t(n - i))))]);
-    idx.resize(size_t(k));
-    return idx;
-  }
-
- private:
-  std::mt19937 g_;
-};
 
 // --- Templates: RULER's constants.py (strings a template needs, kept as written there). ---
 constexpr const char* kNiahTemplate =
@@ -425,7 +390,8 @@ int64_t min_units(const std::string& task) {
     return c->haystack == Haystack::kEssay ? 8 : std::max(c->n_keys, c->n_queries) * c->n_values;
   if (task == "cwe") return kCweCommon + 1;
   if (task == "fwe") return 64;
-  return kVtHops + 1;  // vt
+  if (is_qa_task(task)) return 1;  // build_qa_sample takes at least the gold documents
+  return kVtHops + 1;              // vt
 }
 
 std::string ascii_lower(std::string s) {
@@ -447,7 +413,9 @@ const std::vector<std::string>& ruler_task_names() {
                                                  "niah_multiquery",
                                                  "vt",
                                                  "cwe",
-                                                 "fwe"};
+                                                 "fwe",
+                                                 "qa_1",
+                                                 "qa_2"};
   return names;
 }
 
@@ -460,6 +428,7 @@ int ruler_max_new_tokens(const std::string& task) {
   if (task == "vt") return 30;
   if (task == "cwe") return 120;
   if (task == "fwe") return 50;
+  if (is_qa_task(task)) return 32;
   return 128;  // niah
 }
 
@@ -479,7 +448,12 @@ Expected<RulerSample> build_ruler_sample(const std::string& task, int64_t length
   if (!is_ruler_task(task))
     return Status::error(
         fmt::format("unknown RULER task '{}' (known: {})", task, join(ruler_task_names(), ", ")));
-  if (res.words.size() < 64) return Status::error("the word list has fewer than 64 words");
+  const bool qa = is_qa_task(task);
+  const QaSet* qa_set = task == "qa_1" ? res.squad.get() : res.hotpotqa.get();
+  if (qa && !qa_set)
+    return Status::error(
+        fmt::format("{}: {} is not loaded (tools/fetch_ruler_data.sh)", task, qa_data_file(task)));
+  if (!qa && res.words.size() < 64) return Status::error("the word list has fewer than 64 words");
   const NiahConfig* niah = find_niah(task);
   if (niah && niah->haystack == Haystack::kEssay && res.essay_words.empty())
     return Status::error("no haystack prose given");
@@ -492,14 +466,19 @@ Expected<RulerSample> build_ruler_sample(const std::string& task, int64_t length
   const uint64_t seed = ruler_seed(task, length, sample, base_seed);
   Rng rng(seed);
   RulerSample s;
-  if (niah)
+  if (qa) {
+    auto q = build_qa_sample(*qa_set, seed, haystack_units);
+    if (!q) return q.status();
+    s = std::move(*q);
+  } else if (niah) {
     s = niah_sample(*niah, haystack_units, rng, res);
-  else if (task == "vt")
+  } else if (task == "vt")
     s = vt_sample(haystack_units, rng);
   else if (task == "cwe")
     s = cwe_sample(haystack_units, rng, res);
   else
     s = fwe_sample(haystack_units, length, rng);
+  if (!qa) s.haystack_units = haystack_units;  // qa: the documents used (clamped to the set)
   s.task = task;
   s.length = length;
   s.sample = sample;
@@ -508,8 +487,7 @@ Expected<RulerSample> build_ruler_sample(const std::string& task, int64_t length
   // prefix was written to follow "...text?" directly.
   s.answer_prefix = strip_leading_space(s.answer_prefix);
   s.max_new_tokens = ruler_max_new_tokens(task);
-  s.metric = RulerMetric::kMatchAll;  // every synthetic task; kMatchPart is QA's
-  s.haystack_units = haystack_units;
+  s.metric = qa ? RulerMetric::kMatchPart : RulerMetric::kMatchAll;
   return s;
 }
 
@@ -544,6 +522,10 @@ Expected<RulerSample> make_ruler_sample(const std::string& task, int64_t length,
   const double per = std::max(1e-3, double(*t_probe - *t_lo) / double(probe - lo));
   int64_t hi = std::max<int64_t>(probe, int64_t(3.0 * double(length) / per));
   if (task == "cwe") hi = std::min<int64_t>(hi, int64_t(res.words.size()));
+  if (is_qa_task(task)) {
+    const QaSet* set = task == "qa_1" ? res.squad.get() : res.hotpotqa.get();
+    if (set) hi = std::min<int64_t>(hi, int64_t(set->docs.size()));
+  }
   while (lo < hi) {  // largest n that fits; tokens grow with n
     const int64_t mid = lo + (hi - lo + 1) / 2;
     RulerSample cand;

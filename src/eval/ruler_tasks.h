@@ -4,11 +4,13 @@
 // freq_words_extraction}.py, constants.py and synthetic.yaml). Generated offline and
 // deterministically: every (task, length, sample) has its own fixed seed, and a sample is fitted
 // to its length in tokens of the model that will read it (via a caller-supplied counter).
-// qa_1/qa_2 are not built: they need SQuAD / HotpotQA, which no Debian or PyPI package ships.
+// qa_1/qa_2 (SQuAD, HotpotQA among distractor documents) are in ruler_qa.h; their data is read
+// at run time from RULER's own package (tools/fetch_ruler_data.sh).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,11 +26,18 @@ namespace qevict::eval {
 // the runner sets to FullKV's output for the same sample.
 enum class RulerMetric { kMatchAll, kMatchPart, kEditSim, kAgreeFull };
 
-// The material a haystack is made of. Both lists are read at run time (eval/ruler_resources.h).
+struct QaSet;  // ruler_qa.h
+
+// The material a haystack is made of. All of it is read at run time (eval/ruler_resources.h).
 struct RulerResources {
   std::vector<std::string> essay_words;  // real prose split on whitespace, in reading order
   std::vector<std::string> words;        // distinct lowercase words: keys, CWE's word lists
   std::vector<std::string> code_files;   // source files for lcc (find_code_files), by path
+  // The prose of doc_qa / doc_sum (the Jargon File, whose ':term:' headwords doc_qa asks
+  // about) when the niah haystack (essay_words) is another text; empty: essay_words.
+  std::vector<std::string> doc_words;
+  std::shared_ptr<const QaSet> squad;     // qa_1 (ruler_qa.h); null: not loaded
+  std::shared_ptr<const QaSet> hotpotqa;  // qa_2
 };
 
 // One generated prompt. The model sees `input` as the user turn of its chat template and
@@ -57,10 +66,10 @@ struct RulerSample {
 using PromptTokenCounter = std::function<Expected<int64_t>(const RulerSample& s)>;
 
 // The RULER tasks built here, in RULER's order: niah_single_1/2/3, niah_multikey_1/2/3,
-// niah_multivalue, niah_multiquery, vt, cwe, fwe.
+// niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1, qa_2.
 const std::vector<std::string>& ruler_task_names();
 bool is_ruler_task(const std::string& name);
-// Tokens RULER lets the model generate for this task (niah 128, vt 30, cwe 120, fwe 50).
+// Tokens RULER lets the model generate for this task (niah 128, vt 30, cwe 120, fwe 50, qa 32).
 int ruler_max_new_tokens(const std::string& task);
 
 // The fixed seed of one sample: FNV-1a of "task/length/sample" mixed with `base` (--seed).

@@ -237,6 +237,28 @@ TEST(EvalSummary, MeansIntervalsAndMacro) {
   EXPECT_NE(md.find("| vt | 100.0 [100.0, 100.0] 10 | 37.5 ["), std::string::npos) << md;
 }
 
+// With qa_1/qa_2 present, the macro over every RULER task and beside it the one without qa.
+TEST(EvalSummary, MacroWithAndWithoutQa) {
+  std::vector<json> rs;
+  for (int i = 0; i < 4; ++i) {
+    rs.push_back(result("vt", "full", 0.0, i, 1.0));
+    rs.push_back(result("cwe", "full", 0.0, i, 0.5));
+    rs.push_back(result("qa_1", "full", 0.0, i, 0.0));
+    rs.push_back(result("lcc", "full", 0.0, i, 0.9));  // not RULER's: in neither
+  }
+  const auto rows = summarize(rs);
+  ASSERT_GE(rows.size(), 2u);
+  const SummaryRow& with = rows[rows.size() - 2];
+  const SummaryRow& without = rows.back();
+  EXPECT_EQ(with.task, "macro");
+  EXPECT_DOUBLE_EQ(with.mean, 0.5);
+  EXPECT_EQ(with.n, 12);
+  EXPECT_EQ(without.task, "macro_no_qa");
+  EXPECT_DOUBLE_EQ(without.mean, 0.75);
+  EXPECT_EQ(without.n, 8);
+  EXPECT_NE(summary_markdown(rows).find("| **macro_no_qa** |"), std::string::npos);
+}
+
 TEST(RulerResources, PlainAndGzipFilesAndFilters) {
   const std::string dir = temp_dir("resources");
   const std::string text = "Contents\n=== ═══\nChapter 1. It starts here. Then ─── more.\n";

@@ -29,7 +29,8 @@ from collections import defaultdict
 
 NIAH = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
         "niah_multikey_3", "niah_multivalue", "niah_multiquery"]
-FAMILIES = [("niah", NIAH), ("vt", ["vt"]), ("cwe", ["cwe"]), ("fwe", ["fwe"]), ("lcc", ["lcc"]),
+FAMILIES = [("niah", NIAH), ("vt", ["vt"]), ("cwe", ["cwe"]), ("fwe", ["fwe"]), ("qa", ["qa_1", "qa_2"]),
+            ("lcc", ["lcc"]),
             ("doc_qa", ["doc_qa"]), ("doc_sum", ["doc_sum"])]
 
 
