@@ -203,10 +203,10 @@ class Server {
     if (!q.ignore_eos) p->req.stop_tokens = eog_;
     // The KV cache: the server's flags, then the request's kv_policy / kv_budget.
     KvOptions kv = a_.kv;
-    if (q.kv_policy) kv.params.policy = *q.kv_policy;
+    if (q.kv_policy) kv.list.emplace_back("policy", *q.kv_policy);
     if (q.kv_budget) {
-      kv.params.budget_fraction = *q.kv_budget;
-      kv.params.budget_bytes = 0;
+      kv.list.emplace_back("budget", fmt::format("{}", *q.kv_budget));
+      kv.list.emplace_back("budget_bytes", "0");
     }
     auto kvp = kv_params(kv);
     if (!kvp) return send_error(res, 400, kvp.error(), "kv_policy"), false;
