@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "engine/prompt_drive.h"
 #include "kvcache/budget.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
@@ -259,7 +260,7 @@ bool Scheduler::step() {
     }
     if (prefill->fed == int64_t(prefill->req.prompt.size())) {
       // The prompt is in: a cache with --prefill-route end compresses now (SPEC §4).
-      const Status ep = prefill->cache->end_prompt();
+      const Status ep = end_prompts({prefill->cache.get()}, pool_);
       if (!ep.is_ok()) {
         fail(*prefill, ep.message());
       } else {
