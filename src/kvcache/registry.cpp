@@ -344,6 +344,8 @@ Status register_policy(PolicyInfo row) {
     return Status::error(fmt::format("KV policy '{}' is registered already", row.name));
   if (row.kind != CacheKind::kFull && row.kind != CacheKind::kQuantized && !row.make_policy)
     return Status::error(fmt::format("KV policy '{}' has no routing rule", row.name));
+  if (row.kind == CacheKind::kQuantized && !row.make_cache)
+    return Status::error(fmt::format("quantizer '{}' has no make_cache (its cache)", row.name));
   rows().push_back(std::move(row));
   return Status::ok();
 }
