@@ -16,6 +16,7 @@
 #include "engine/generator.h"
 #include "kernels/matmul.h"
 #include "kvcache/factory.h"
+#include "kvcache/options.h"
 #include "kvcache/registry.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -27,20 +28,17 @@ namespace {
 
 [[noreturn]] void raise(const std::string& msg) { throw py::value_error(msg); }
 
+// The keyword arguments through the shared KV option parser (kvcache/options.h), as the CLI's
+// flags and the server's request fields.
 KvCacheParams make_params(const std::string& policy, py::object budget, const std::string& route,
                           const std::string& score) {
-  KvCacheParams p;
-  p.policy = policy;
-  if (!budget.is_none()) p.budget_fraction = budget.cast<double>();
-  KvParamsGiven given;
-  if (!route.empty()) {
-    p.prefill_route = route;
-    given.prefill_route = true;
-  }
-  if (!score.empty()) p.score = score;
-  if (Status st = apply_policy_defaults(&p, given); !st.is_ok()) raise(st.message());
-  if (Status st = p.validate(); !st.is_ok()) raise(st.message());
-  return p;
+  KvOptionList opts{{"policy", policy}};
+  if (!budget.is_none()) opts.emplace_back("budget", py::str(budget).cast<std::string>());
+  if (!route.empty()) opts.emplace_back("prefill_route", route);
+  if (!score.empty()) opts.emplace_back("score", score);
+  auto p = make_kv_params(opts);
+  if (!p) raise(p.error());
+  return *p;
 }
 
 // The cache's report as Python: stats dict, and the tier map [units, positions] (uint8:

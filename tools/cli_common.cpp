@@ -87,117 +87,43 @@ Expected<std::string> read_prompt(const std::string& text, const std::string& fi
 }
 
 void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
-  KvCacheParams& p = o.params;
   const bool cache = scope == KvFlagScope::kCache;
-  if (cache) {
-    std::string help = "KV cache policy:";
-    std::vector<std::string> names;
-    for (const auto& r : policy_registry()) {
-      help += "\n  " + r.name + ": " + r.summary;
-      names.push_back(r.name);
+  for (const KvOptionInfo& row : kv_options()) {
+    if (row.per_cache && !cache) continue;
+    const std::string key = row.key;
+    std::string help = row.key == "policy" ? kv_policy_help() : row.help;
+    if (row.flag_only) {
+      app.add_flag_callback(
+          row.flag, [&o, key] { o.list.emplace_back(key, "1"); }, help);
+      continue;
     }
-    app.add_option("--kv-policy", p.policy, help)
-        ->capture_default_str()
-        ->check(CLI::IsMember(names));
+    const std::string def = row.get(o.preset);
+    if (!def.empty() && def != "0" && row.key != "trace") help += " [default: " + def + "]";
+    app.add_option_function<std::string>(
+           row.flag, [&o, key](const std::string& v) { o.list.emplace_back(key, v); }, help)
+        ->type_name(row.value);
   }
-  auto* budget = app.add_option("--kv-budget", p.budget_fraction,
-                                cache ? "KV budget per layer as a fraction of the full cache for "
-                                        "-c tokens"
-                                      : "budget per layer, a fraction of the full cache for "
-                                        "prefill + gen tokens (every variant)")
-                     ->check(CLI::Range(0.0, 1e6));
-  if (!cache) budget->capture_default_str();
-  app.add_option("--kv-budget-bytes", p.budget_bytes, "KV budget per layer in bytes")
-      ->check(CLI::NonNegativeNumber);
-  o.q = app.add_option(
-               "--kv-q", p.q,
-               "share of the history budget for the low-bit tier (0: two tiers F+E; "
-               "streaming default 0; zipcache: the share of tokens at low bits, 0.4; kvquant: the "
-               "outlier share, 0.01)")
-            ->capture_default_str();
-  if (cache)
-    o.window = app.add_option("--kv-window", p.window, "tokens per window (ω; streaming default 1)")
-                   ->capture_default_str();
-  o.route_every =
-      app.add_option("--kv-route-every", p.route_every,
-                     "decode steps between routing events (Ω; streaming/h2o default 1; zipcache: "
-                     "tokens between requantizations, default 100)")
-          ->capture_default_str();
-  o.sink = app.add_option("--kv-sink", p.sink,
-                          "sink tokens kept in full precision (streaming default 4, h2o 0)")
-               ->capture_default_str();
-  o.local = app.add_option(
-                   "--kv-local", p.local,
-                   "newest tokens kept in full precision (h2o default: half the budget; kivi: the "
-                   "f16 residual R, default 128)")
-                ->capture_default_str();
-  o.bits =
-      app.add_option("--kv-bits", p.bits,
-                     "low-bit tier: 2 or 4 bits, or auto. Unset: qevict keys 4 and values 2 "
-                     "(--kv-value-bits), streaming 2, zipcache 2 for the unimportant tokens (the "
-                     "rest 4), kvquant 3 (2-4). auto: 4 when the budget holds every window of the "
-                     "context at 4 bits, else 2")
-          ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}));
-  o.value_bits = app.add_option("--kv-value-bits", p.value_bits,
-                                "qevict/streaming: the low-bit tier's values at 2 or 4 bits, its "
-                                "keys at --kv-bits (0: as --kv-bits)")
-                     ->capture_default_str();
-  app.add_option("--kv-group", p.value_group,
-                 "value quantization group (0: head_dim; kivi: G, default 32)")
-      ->capture_default_str();
-  app.add_option("--kv-dtype", o.dtype, "full-precision KV type")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f16", "bf16"}));
-  app.add_option("--kv-score", p.score,
-                 "window ranking: sum (cumulative attention, the paper's) or age (mean per step "
-                 "since the window was written)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sum", "age"}));
-  o.pool =
-      app.add_option("--kv-pool", p.pool,
-                     "qevict: rank each window by the highest score within this many windows "
-                     "either side (SnapKV's pooling, per window; keeps the rest of a value that "
-                     "spans windows); 0: its own score. Default 2 with --prefill-route end and "
-                     "a prefill window (chosen from the eval suite, EVALUATION.md), else 0")
-          ->check(CLI::Range(0, 64));
-  app.add_option("--kv-pool-side", p.pool_side,
-                 "qevict pooling: both (the windows either side of a peak rise with it) or "
-                 "after (only the windows that follow it: the rest of a value the question "
-                 "found)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"both", "after"}));
-  app.add_flag("--kv-strict-ledger", p.strict_ledger,
-               "charge ledger copies held by promoted windows to the budget");
-  o.prefill_route =
-      app.add_option(
-             "--prefill-route", p.prefill_route,
-             "when budgeted caches route the prompt: chunk (after every prefill chunk; peak "
-             "memory = budget + one chunk) or end (hold the whole prompt in full precision, "
-             "route once when it is in; the paper's code; peak memory = the prompt). Default "
-             "end (for qevict chosen from the eval suite, EVALUATION.md; the SnapKV family, "
-             "kivi and zipcache compress the prompt once in their references), but chunk for "
-             "streaming, h2o and kvquant")
-          ->check(CLI::IsMember({"chunk", "end"}));
-  o.prefill_window =
-      app.add_option("--prefill-window", p.prefill_window,
-                     "with --prefill-route end on windowed caches: 0 ranks the prompt by the "
-                     "cumulative attention of all its queries (Eq. 1); N > 0 by the last N queries "
-                     "only (SnapKV's observation window, w = 32 in its code). Default 32 for "
-                     "qevict (chosen from the eval suite, EVALUATION.md), else 0")
-          ->check(CLI::Range(0, 4096));
   if (!cache) return;
   app.add_flag("--kv-stats", o.stats, "print KV cache statistics at the end");
-  app.add_option("--kv-trace", p.trace_path,
-                 "write one JSON line per routing event and layer to this file (kivi: a "
-                 "directory, where the prompt's quantization is dumped as .npy; kvquant: the "
-                 "same, with the calibration's activations)");
+}
+
+Expected<KvCacheParams> kv_flags(const KvOptions& o, KvParamsGiven* given) {
+  KvCacheParams p = o.preset;
+  for (const auto& [k, v] : o.list) {
+    if (Status st = set_kv_option(&p, given, k, v); !st) {
+      const KvOptionInfo* row = find_kv_option(k);
+      return Status::error(fmt::format("{}: {}", row ? row->flag : k, st.message()));
+    }
+  }
+  return p;
 }
 
 bool attach_known_calibration(const Loaded& l, KvCacheParams* p) {
-  if (p->policy != "kvquant" || p->kvquant_calib) return true;
+  if (p->policy != "kvquant" || p->quant.kvquant_calib) return true;
   for (const auto& [k, cal] : l.kvquant)
-    if (k == std::tuple<int, double, int>{p->bits, 1.0 - p->q, p->sink}) {
-      p->kvquant_calib = cal;
+    if (k == std::tuple<int, double, int>{p->quant.bits, 1.0 - p->quant.outlier_share,
+                                          p->quant.f16_first}) {
+      p->quant.kvquant_calib = cal;
       return true;
     }
   return false;
@@ -206,9 +132,9 @@ bool attach_known_calibration(const Loaded& l, KvCacheParams* p) {
 Status prepare_kv_params(Loaded& l, KvCacheParams* p, int threads) {
   if (attach_known_calibration(l, p)) return Status::ok();
   KvQuantConfig c;
-  c.bits = p->bits;
-  c.sparsity = 1.0 - p->q;
-  c.first_fp16 = p->sink;
+  c.bits = p->quant.bits;
+  c.sparsity = 1.0 - p->quant.outlier_share;
+  c.first_fp16 = p->quant.f16_first;
   const std::tuple<int, double, int> key{c.bits, c.sparsity, c.first_fp16};
   std::vector<int32_t> tokens = l.tokenizer->encode(std::string(kvquant_calibration_text()),
                                                     /*add_special=*/true, /*parse_special=*/false);
@@ -223,27 +149,15 @@ Status prepare_kv_params(Loaded& l, KvCacheParams* p, int threads) {
                c.bits, tokens.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   l.kvquant.push_back({key, *cal});
-  p->kvquant_calib = *cal;
+  p->quant.kvquant_calib = *cal;
   return Status::ok();
 }
 
 Expected<KvCacheParams> kv_params(const KvOptions& o) {
-  KvCacheParams p = o.params;
-  p.dtype = o.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
-  auto given = [](const CLI::Option* opt) { return opt != nullptr && opt->count() > 0; };
   KvParamsGiven g;
-  g.window = given(o.window);
-  g.route_every = given(o.route_every);
-  g.sink = given(o.sink);
-  g.local = given(o.local);
-  g.q = given(o.q);
-  g.bits = given(o.bits);
-  g.prefill_route = given(o.prefill_route);
-  g.prefill_window = given(o.prefill_window);
-  g.pool = given(o.pool);
-  g.value_bits = given(o.value_bits);
-  QEVICT_RETURN_IF_ERROR(apply_policy_defaults(&p, g));
-  QEVICT_RETURN_IF_ERROR(p.validate());
+  auto p = kv_flags(o, &g);
+  if (!p) return p.status();
+  QEVICT_RETURN_IF_ERROR(finish_kv_params(&*p, g));
   return p;
 }
 
@@ -288,18 +202,23 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
                "kv-stats: %-5s %6s %6s %6s %6s | %6s %6s %6s %6s | %10s %10s %10s %10s %10s\n",
                "layer", "F", "Q", "E", "local", "promo", "demo", "evict", "quant", "sink B", "F B",
                "Q B", "ledger@F B", "alloc B");
-  auto row = [](const char* name, const KvLayerReport& x) {
+  // The "quant" column: windows quantized (tiered cache), or a quantizer's units at low bits
+  // (KIVI key groups, ZipCache tokens per head); KVQuant's exact outliers on a line of their own.
+  const bool quantizer = r.budget.kind == CacheKind::kQuantized;
+  auto row = [quantizer](const char* name, const KvLayerReport& x) {
     std::fprintf(stderr,
                  "kv-stats: %5s %6lld %6lld %6lld %6lld | %6lld %6lld %6lld %6lld | %10zu %10zu "
                  "%10zu %10zu %10zu\n",
                  name, (long long)x.windows_full, (long long)x.windows_quant,
                  (long long)x.windows_evicted, (long long)x.windows_local, (long long)x.promotions,
-                 (long long)x.demotions, (long long)x.evictions, (long long)x.quantizations,
-                 x.bytes_sink, x.bytes_full, x.bytes_quant, x.bytes_ledger_of_full,
-                 x.bytes_allocated);
+                 (long long)x.demotions, (long long)x.evictions,
+                 (long long)(quantizer ? x.quantized_units : x.quantizations), x.bytes_sink,
+                 x.bytes_full, x.bytes_quant, x.bytes_ledger_of_full, x.bytes_allocated);
   };
   for (size_t l = 0; l < r.layers.size(); ++l) row(std::to_string(l).c_str(), r.layers[l]);
   row("total", tot);
+  if (tot.outliers > 0)
+    std::fprintf(stderr, "kv-stats: outlier values kept exactly: %lld\n", (long long)tot.outliers);
   std::fprintf(stderr,
                "kv-stats: budget %zu B/layer (K_f %lld x M_f %zu B, K_q %lld x M_q %zu B) | "
                "routing events %lld | "

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "engine/kvquant_calibration.h"
 #include "kvcache/factory.h"
+#include "kvcache/options.h"
 #include "kvcache/params.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -49,23 +50,24 @@ Expected<Loaded> load_model(const ModelOptions& o);
 // The text of -p, or the contents of -f (exactly one must be given).
 Expected<std::string> read_prompt(const std::string& text, const std::string& file);
 
-// KV-cache flags (--kv-policy, --kv-budget, ...) shared by generate, perplexity and bench.
+// KV-cache flags (--kv-policy, --kv-budget, ...) shared by generate, perplexity, bench, serve,
+// eval and diagnose: one flag per row of kv_options() (kvcache/options.h), each recorded as
+// key=value in the order given and parsed by set_kv_option, the parser eval variants, the
+// Python bindings and the server's request fields share.
 struct KvOptions {
-  KvCacheParams params;
-  std::string dtype = "f16";
+  KvCacheParams preset;  // values before the flags: a command's own defaults
+  KvOptionList list;     // the --kv-* flags given, in order
   bool stats = false;
-  // The options whose explicit use overrides a policy's published defaults.
-  CLI::Option *window = nullptr, *route_every = nullptr, *sink = nullptr, *local = nullptr,
-              *q = nullptr, *bits = nullptr, *prefill_route = nullptr, *prefill_window = nullptr,
-              *pool = nullptr, *value_bits = nullptr;
 };
-// Which flags: kCache every --kv-* flag (generate, perplexity, bench); kDiagnose those that
-// shape diagnose's R1–R4 variants (no --kv-policy, --kv-window, --kv-stats, --kv-trace:
+// Which flags: kCache every --kv-* flag (generate, perplexity, bench, serve); kGrid those that
+// shape a grid's variants (diagnose, eval: no --kv-policy, --kv-window, --kv-stats, --kv-trace:
 // the variants fix them).
-enum class KvFlagScope { kCache, kDiagnose };
+enum class KvFlagScope { kCache, kGrid };
 void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope = KvFlagScope::kCache);
-// Finishes the params (dtype string, the policy's defaults for options not given) and
-// validates them.
+// The flags applied to the preset, without a policy's defaults (*given: which were set): what
+// eval and diagnose finish per variant.
+Expected<KvCacheParams> kv_flags(const KvOptions& o, KvParamsGiven* given);
+// The flags, then the policy's defaults for options not given, validated.
 Expected<KvCacheParams> kv_params(const KvOptions& o);
 // What a policy needs from the loaded model before its caches can be made: kvquant's
 // calibration (engine/kvquant_calibration.h: the model reads up to 2,048 tokens of the committed

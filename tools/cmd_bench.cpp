@@ -10,6 +10,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "engine/prompt_drive.h"
 #include "engine/sampling.h"
 #include "kernels/matmul.h"
 
@@ -84,15 +85,11 @@ int run_bench(const BenchArgs& a) {
       SequenceKvCache& cache = *last;
       double route_before = 0.0;
       auto t0 = std::chrono::steady_clock::now();
-      for (int64_t i = 0; i < P; i += a.batch) {
-        const int64_t n = std::min<int64_t>(a.batch, P - i);
-        std::vector<BatchSegment> segs{
-            {&cache, prompt.data() + i, n, false, i + n == P ? logits.data() : nullptr}};
-        Status s = model.forward(segs, pool);
-        if (!s) return fail(s.message());
-      }
       // --prefill-route end compresses once the prompt is in: part of the prefill's time.
-      if (Status s = cache.end_prompt_alone(pool); !s) return fail(s.message());
+      if (Status s = prefill_prompts(model, {{&cache, prompt.data(), P, logits.data()}}, a.batch,
+                                     pool, true);
+          !s)
+        return fail(s.message());
       auto t1 = std::chrono::steady_clock::now();
       KvReport rep;
       cache.report(&rep);

@@ -25,7 +25,7 @@ struct DiagnoseArgs {
   std::string file;
   std::string out_dir = "results/diagnostics";
   std::string variants = "R1,R2,R3,R4,streaming,h2o";
-  KvOptions kv;  // the shared --kv-* flags that shape R1–R4 (KvFlagScope::kDiagnose)
+  KvOptions kv;  // the shared --kv-* flags that shape R1–R4 (KvFlagScope::kGrid)
   eval::DiagnoseOptions opts;
 };
 
@@ -38,11 +38,13 @@ int run_diagnose_cmd(DiagnoseArgs a) {
       if (!n.empty()) names.push_back(n);
   }
   a.opts.variants = names;
-  a.opts.base = a.kv.params;
+  KvParamsGiven given;
+  auto base = kv_flags(a.kv, &given);
+  if (!base) return fail(base.error());
+  a.opts.base = *base;
   a.opts.base.policy = "qevict";  // R1–R4; variant_params sets every variant's own
-  a.opts.base.dtype = a.kv.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
-  a.opts.budget_bytes = a.kv.params.budget_bytes;
-  a.opts.budget = a.opts.budget_bytes > 0 ? 0.0 : a.kv.params.budget_fraction;
+  a.opts.budget_bytes = base->budget_bytes;
+  a.opts.budget = a.opts.budget_bytes > 0 ? 0.0 : base->budget_fraction;
   Status v = a.opts.validate();
   if (!v) return fail(v.message());
   for (const auto& n : names) {
@@ -69,7 +71,7 @@ int run_diagnose_cmd(DiagnoseArgs a) {
       auto p = eval::variant_params(n, a.opts);
       if (Status st = prepare_kv_params(*loaded, &*p, threads); !st.is_ok())
         return fail(st.message());
-      a.opts.base.kvquant_calib = p->kvquant_calib;
+      a.opts.base.quant.kvquant_calib = p->quant.kvquant_calib;
     }
   ThreadPool pool(threads);
   std::fprintf(stderr, "diagnose: %lld prompt tokens + %lld steps, variants %s, %d threads\n",
@@ -122,8 +124,8 @@ Runner add_diagnose(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--map-layer", a->opts.map_layer,
                  "layer drawn in the tier map (default: R3's layer with the most tier moves)");
-  a->kv.params.budget_fraction = a->opts.budget;  // diagnose's default: 20 %
-  add_kv_options(app, a->kv, KvFlagScope::kDiagnose);
+  a->kv.preset.budget_fraction = a->opts.budget;  // diagnose's default: 20 %
+  add_kv_options(app, a->kv, KvFlagScope::kGrid);
   return [a] { return run_diagnose_cmd(*a); };
 }
 

@@ -216,19 +216,11 @@ int run_eval_cmd(EvalArgs a) {
   eval::EvalOptions o;
   Status s = fill_grid(a, &o);
   if (!s) return fail(s.message());
-  if (a.kv.params.budget_fraction > 0 || a.kv.params.budget_bytes > 0)
+  auto base = kv_flags(a.kv, &o.given);
+  if (!base) return fail(base.error());
+  if (base->budget_fraction > 0 || base->budget_bytes > 0)
     return fail("eval takes its budgets from --budgets, not --kv-budget / --kv-budget-bytes");
-  o.base = a.kv.params;
-  o.base.dtype = a.kv.dtype == "bf16" ? HalfType::kBF16 : HalfType::kF16;
-  auto given = [](const CLI::Option* opt) { return opt != nullptr && opt->count() > 0; };
-  o.given.window = given(a.kv.window);
-  o.given.route_every = given(a.kv.route_every);
-  o.given.sink = given(a.kv.sink);
-  o.given.local = given(a.kv.local);
-  o.given.q = given(a.kv.q);
-  o.given.bits = given(a.kv.bits);
-  o.given.value_bits = given(a.kv.value_bits);
-  o.given.prefill_route = given(a.kv.prefill_route);
+  o.base = *base;
   o.prefill_chunk = a.prefill_chunk;
   o.seed = uint64_t(a.seed);
   o.out_dir = a.out_dir;
@@ -248,11 +240,11 @@ int run_eval_cmd(EvalArgs a) {
   if (!loaded) return fail(loaded.error());
   const int threads = resolve_threads(a.model.threads);
   for (const eval::EvalVariant& v : *variants)
-    if (v.params.policy == "kvquant" && !o.base.kvquant_calib) {  // calibrates once
+    if (v.params.policy == "kvquant" && !o.base.quant.kvquant_calib) {  // calibrates once
       KvCacheParams p = v.params;
       if (Status st = prepare_kv_params(*loaded, &p, threads); !st.is_ok())
         return fail(st.message());
-      o.base.kvquant_calib = p.kvquant_calib;
+      o.base.quant.kvquant_calib = p.quant.kvquant_calib;
     }
   ThreadPool pool(threads);
   std::fprintf(stderr,
@@ -370,7 +362,7 @@ Runner add_eval(CLI::App& app) {
                "only rewrite summary.csv/.md from --out's results.jsonl");
   app.add_flag("--prompts-only", a->prompts_only,
                "only build the prompts into --out's prompts.jsonl (no generation, no results)");
-  add_kv_options(app, a->kv, KvFlagScope::kDiagnose);
+  add_kv_options(app, a->kv, KvFlagScope::kGrid);
   return [a] { return run_eval_cmd(*a); };
 }
 

@@ -2,7 +2,7 @@
 // scheduler (engine/scheduler.h). The API itself (routes, streaming, stop strings, errors,
 // metrics) is the library src/server/server.h; this file holds the flags, loads the model,
 // runs the scheduler thread, binds the socket and handles signals. Every cache draws from one
-// pool of --kv-pool-bytes; a request's kv_policy / kv_budget override the --kv-* flags.
+// pool of --kv-pool-bytes; a request's kv_<key> fields (kv_policy, kv_budget, kv_q, ...) override the --kv-* flags.
 #include <fmt/format.h>
 #include <httplib.h>
 
@@ -74,15 +74,16 @@ size_t parse_bytes(const std::string& s) {
   return v * mult;
 }
 
-// A request's cache: the server's --kv-* flags, then the request's kv_policy / kv_budget.
+// A request's cache: the server's --kv-* flags, then the request's kv_<key> fields, in order.
 Expected<KvCacheParams> request_kv_params(const KvOptions& flags, const Loaded& l,
                                           const OpenAiRequest& q) {
   KvOptions kv = flags;
-  if (q.kv_policy) kv.params.policy = *q.kv_policy;
+  if (q.kv_policy) kv.list.emplace_back("policy", *q.kv_policy);
   if (q.kv_budget) {
-    kv.params.budget_fraction = *q.kv_budget;
-    kv.params.budget_bytes = 0;
+    kv.list.emplace_back("budget", fmt::format("{}", *q.kv_budget));
+    kv.list.emplace_back("budget_bytes", "0");
   }
+  for (const auto& kvo : q.kv_options) kv.list.push_back(kvo);
   auto kvp = kv_params(kv);
   if (!kvp) return kvp;
   if (!attach_known_calibration(l, &*kvp))

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/prefill_share.h"
+#include "engine/prompt_drive.h"
 
 namespace qevict {
 
@@ -70,21 +71,15 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
 
   // Prefill: chunk c of every prompt that still has one, batched in one forward call.
   auto t0 = clock::now();
-  for (size_t off = 0;; off += size_t(opts.prefill_chunk)) {
-    std::vector<BatchSegment> segs;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      auto& r = requests[i];
-      if (r.share_prefill_of >= 0 || off >= r.prompt.size()) continue;
-      const size_t n = std::min(r.prompt.size() - off, size_t(opts.prefill_chunk));
-      const bool last = off + n == r.prompt.size();
-      SequenceKvCache* c = recorders[i] ? recorders[i].get() : r.cache;
-      segs.push_back(
-          {c, r.prompt.data() + off, int64_t(n), false, last ? logits[i].data() : nullptr});
-      st.n_prompt += int64_t(n);
-    }
-    if (segs.empty()) break;
-    QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
+  std::vector<PromptFeed> feeds;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto& r = requests[i];
+    if (r.share_prefill_of >= 0) continue;
+    SequenceKvCache* c = recorders[i] ? recorders[i].get() : r.cache;
+    feeds.push_back({c, r.prompt.data(), int64_t(r.prompt.size()), logits[i].data()});
+    st.n_prompt += int64_t(r.prompt.size());
   }
+  QEVICT_RETURN_IF_ERROR(prefill_prompts(model, feeds, opts.prefill_chunk, pool, false));
   // Seconds since t, and t moved to now: the prefill's parts.
   auto since = [&](clock::time_point& t) {
     const auto now = clock::now();
@@ -103,21 +98,16 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     for (const auto& r : requests) b += r.cache->bytes_held();
     st.peak_prompt_bytes = std::max(st.peak_prompt_bytes, b);
   };
-  auto end_prompts = [&](const std::vector<size_t>& which) -> Status {
-    if (which.size() == 1) return requests[which[0]].cache->end_prompt_alone(pool);
-    std::vector<Status> ended(which.size());
-    pool.parallel_for(int64_t(which.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i)
-        ended[size_t(i)] = requests[which[size_t(i)]].cache->end_prompt();
-    });
-    for (const Status& x : ended) QEVICT_RETURN_IF_ERROR(x);
-    return Status::ok();
+  auto end_requests = [&](const std::vector<size_t>& which) -> Status {
+    std::vector<SequenceKvCache*> caches;
+    for (size_t i : which) caches.push_back(requests[i].cache);
+    return end_prompts(caches, pool);
   };
   held();
   std::vector<size_t> own, shares;
   for (size_t i = 0; i < requests.size(); ++i)
     (requests[i].share_prefill_of >= 0 ? shares : own).push_back(i);
-  QEVICT_RETURN_IF_ERROR(end_prompts(own));
+  QEVICT_RETURN_IF_ERROR(end_requests(own));
   st.prompt_end_seconds += since(tp);
   // Requests sharing a prefill replay their source's calls and take its last logits, a group
   // at a time, each group compressing before the next is replayed: the peak holds at most
@@ -135,7 +125,7 @@ Status generate(Model& model, ThreadPool& pool, std::vector<GenerationRequest>& 
     }
     st.prompt_replay_seconds += since(tp);
     held();
-    QEVICT_RETURN_IF_ERROR(end_prompts(group));
+    QEVICT_RETURN_IF_ERROR(end_requests(group));
     st.prompt_end_seconds += since(tp);
   }
   recorders.clear();  // the recordings' memory given back: part of the replays' cost

@@ -1,4 +1,4 @@
-// KVQuant's offline calibration (kvcache/policies/kvquant_policy.h) for a model: the model reads
+// KVQuant's offline calibration (kvcache/quantizers/kvquant_policy.h) for a model: the model reads
 // a calibration text through a cache that records every layer's keys (rotated back to pre-RoPE,
 // as the reference's k_proj hook sees them) and values, then each layer is fitted
 // (kvquant_calibrate). The reference calibrates on 16 samples of 2,048 wikitext tokens; here one
@@ -14,7 +14,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "kvcache/policies/kvquant_policy.h"
+#include "kvcache/quantizers/kvquant_policy.h"
 #include "model/model.h"
 
 namespace qevict {

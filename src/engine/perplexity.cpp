@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "engine/prompt_drive.h"
+
 namespace qevict {
 
 Status PerplexityOptions::validate() const {
@@ -57,11 +59,8 @@ Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int
     SequenceKvCache* cache = make_cache(len);
     if (!cache) return Status::error("could not create a KV cache");
     const int64_t pre = opts.prefill < 0 ? len : std::min(opts.prefill, len);
-    for (int64_t i = 0; i < len;) {
-      const int64_t step = i < pre ? std::min<int64_t>(opts.batch, pre - i) : 1;
-      logits.resize(size_t(step * V));
-      std::vector<BatchSegment> segs{{cache, tokens.data() + c0 + i, step, true, logits.data()}};
-      QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
+    // Scores the logits of positions [c0 + i, c0 + i + step), rows of `logits`.
+    auto score = [&](int64_t i, int64_t step) -> Status {
       for (int64_t j = 0; j < step; ++j) {
         const int64_t pos = c0 + i + j;
         const float* z = logits.data() + j * V;
@@ -75,10 +74,20 @@ Status evaluate_perplexity(Model& model, ThreadPool& pool, const std::vector<int
           ++n_scored;
         }
       }
-      i += step;
-      // The batched part is the prompt: --prefill-route end compresses here (SPEC §4).
-      if (i == pre) QEVICT_RETURN_IF_ERROR(cache->end_prompt());
-      if (progress) progress(c0 + i, n);
+      if (progress) progress(c0 + i + step, n);
+      return Status::ok();
+    };
+    // The batched part is the prompt: --prefill-route end compresses at its end (SPEC §4).
+    logits.resize(size_t(std::min<int64_t>(opts.batch, std::max<int64_t>(pre, 1)) * V));
+    QEVICT_RETURN_IF_ERROR(prefill_prompts(
+        model, {{cache, tokens.data() + c0, pre, logits.data(), true}}, opts.batch, pool, true,
+        [&](int64_t, int64_t off, int64_t step) { return score(off, step); }));
+    // The rest is teacher-forced one token per call: routing runs as in decode.
+    logits.resize(size_t(V));
+    for (int64_t i = pre; i < len; ++i) {
+      std::vector<BatchSegment> segs{{cache, tokens.data() + c0 + i, 1, true, logits.data()}};
+      QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
+      QEVICT_RETURN_IF_ERROR(score(i, 1));
     }
   }
   PerplexityResult r;

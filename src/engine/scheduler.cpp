@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "engine/prompt_drive.h"
 #include "kvcache/budget.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
@@ -12,12 +13,6 @@
 #include "kvcache/registry.h"
 
 namespace qevict {
-
-namespace {
-// What any cache holds beyond its tokens' storage: tables, scratch, pool chunks below one
-// allocation (tests/common/bytes_bound.h has the tiered cache's; this rounds it up).
-constexpr size_t kCacheConstantBytes = size_t(1) << 20;
-}  // namespace
 
 bool ServeStream::next(ServeEvent* e, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
@@ -46,30 +41,7 @@ Status SchedulerOptions::validate() const {
 
 Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
                                    const KvCacheParams& p, int prefill_chunk) {
-  const PolicyInfo* row = find_policy(p.policy);
-  if (!row) return Status::error(fmt::format("unknown KV policy '{}'", p.policy));
-  const int64_t n_ctx = prompt_len + max_tokens;
-  const size_t token = shape.token_bytes() * size_t(shape.n_layers);
-  if (row->kind == CacheKind::kFull) {
-    const int64_t pages = (n_ctx + FullKvCache::kPageTokens - 1) / FullKvCache::kPageTokens;
-    return size_t(pages * FullKvCache::kPageTokens) * token + kCacheConstantBytes;
-  }
-  auto b = compute_budget(row->kind, shape, n_ctx, p);
-  if (!b) return b.status();
-  // A per-head budget must also hold the policy's own state (make_kv_cache does the same):
-  // refused here, before admission, as a request the server cannot take.
-  if (row->kind == CacheKind::kPerHead)
-    QEVICT_RETURN_IF_ERROR(fit_head_budget(&*b, shape, n_ctx, p, row->make_policy(p)->needs()));
-  if (row->kind == CacheKind::kQuantized) {
-    // A quantizer has no budget: bounded by every token in f16 (what it holds before its rule
-    // quantizes them) plus its one-layer dequantization scratch, also f16.
-    const size_t f16 = size_t(n_ctx) * token;
-    const size_t peak = f16 + f16 / size_t(shape.n_layers);
-    return peak + peak / 20 + kCacheConstantBytes;
-  }
-  size_t peak = b->total * size_t(shape.n_layers) + size_t(prefill_chunk) * token;
-  if (p.prefill_route == "end") peak = std::max(peak, size_t(prompt_len) * token);
-  return peak + peak / 20 + kCacheConstantBytes;
+  return max_cache_bytes(shape, prompt_len, max_tokens, p, prefill_chunk);  // the row's bound
 }
 
 struct Scheduler::Seq {
@@ -288,7 +260,7 @@ bool Scheduler::step() {
     }
     if (prefill->fed == int64_t(prefill->req.prompt.size())) {
       // The prompt is in: a cache with --prefill-route end compresses now (SPEC §4).
-      const Status ep = prefill->cache->end_prompt();
+      const Status ep = end_prompts({prefill->cache.get()}, pool_);
       if (!ep.is_ok()) {
         fail(*prefill, ep.message());
       } else {

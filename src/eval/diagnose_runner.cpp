@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "engine/perplexity.h"
+#include "engine/prompt_drive.h"
 #include "engine/sampling.h"
 #include "eval/diagnose.h"
 #include "eval/diagnose_internal.h"
@@ -119,19 +120,15 @@ Expected<json> run_diagnose(Model& model, ThreadPool& pool, const std::vector<in
   const int64_t n_chunks = (o.prefill + o.chunk - 1) / o.chunk;
   const int64_t total_calls = n_chunks + o.gen;
   std::vector<float> full_logits(static_cast<size_t>(V));
-  for (int64_t c0 = 0, call = 0; c0 < o.prefill; c0 += o.chunk, ++call) {
-    const int64_t n = std::min<int64_t>(o.chunk, o.prefill - c0);
-    const bool last = c0 + n >= o.prefill;
-    std::vector<BatchSegment> segs;
-    segs.push_back({&full, prompt.data() + c0, n, false, full_logits.data()});
-    for (auto& v : vs)
-      segs.push_back(
-          {v.cache.get(), prompt.data() + c0, n, false, last ? v.logits.data() : nullptr});
-    QEVICT_RETURN_IF_ERROR(model.forward(segs, pool));
-    if (progress) progress(call + 1, total_calls);
-  }
-  // The prompt is in: variants with --prefill-route end compress now (SPEC §4).
-  for (auto& v : vs) QEVICT_RETURN_IF_ERROR(v.cache->end_prompt());
+  std::vector<PromptFeed> feeds;
+  feeds.push_back({&full, prompt.data(), o.prefill, full_logits.data(), false, true});
+  for (auto& v : vs) feeds.push_back({v.cache.get(), prompt.data(), o.prefill, v.logits.data()});
+  // The prompt is in: variants with --prefill-route end compress at its end (SPEC §4).
+  QEVICT_RETURN_IF_ERROR(
+      prefill_prompts(model, feeds, o.chunk, pool, true, [&](int64_t call, int64_t, int64_t) {
+        if (progress) progress(call + 1, total_calls);
+        return Status::ok();
+      }));
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t_start).count();
   for (auto& v : vs) {
     snapshot(v, NL);

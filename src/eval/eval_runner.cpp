@@ -20,6 +20,7 @@
 #include "eval/ruler_dataset.h"
 #include "eval/ruler_resources.h"
 #include "kvcache/factory.h"
+#include "kvcache/options.h"
 #include "kvcache/registry.h"
 
 namespace qevict::eval {
@@ -57,68 +58,16 @@ Status EvalOptions::validate() const {
 
 namespace {
 
-// Applies "key=value" of a variant spec to p and marks it as given.
+// Applies "key=value" of a variant spec to p and marks it as given: the shared KV option
+// parser (kvcache/options.h), less the options the grid sets itself.
 Status apply_option(const std::string& kv, KvCacheParams* p, KvParamsGiven* g) {
   const size_t eq = kv.find('=');
   if (eq == std::string::npos) return Status::error(fmt::format("'{}' is not key=value", kv));
   const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-  auto to_int = [&](int* dst, bool* given) -> Status {
-    try {
-      size_t used = 0;
-      *dst = std::stoi(v, &used);
-      if (used != v.size()) throw std::invalid_argument(v);
-    } catch (const std::exception&) {
-      return Status::error(fmt::format("{}: '{}' is not an integer", k, v));
-    }
-    if (given) *given = true;
-    return Status::ok();
-  };
-  if (k == "score") {
-    if (v != "sum" && v != "age") return Status::error("score must be sum or age");
-    p->score = v;
-    return Status::ok();
-  }
-  if (k == "q") {
-    try {
-      size_t used = 0;
-      p->q = std::stod(v, &used);
-      if (used != v.size()) throw std::invalid_argument(v);
-    } catch (const std::exception&) {
-      return Status::error(fmt::format("q: '{}' is not a number", v));
-    }
-    g->q = true;
-    return Status::ok();
-  }
-  if (k == "window") return to_int(&p->window, &g->window);
-  if (k == "route_every") return to_int(&p->route_every, &g->route_every);
-  if (k == "sink") return to_int(&p->sink, &g->sink);
-  if (k == "local") return to_int(&p->local, &g->local);
-  if (k == "bits") {
-    if (v == "auto") {
-      p->bits = 0;  // the tiered cache's budget picks 4 or 2 (KvBudget::bits)
-      g->bits = true;
-      return Status::ok();
-    }
-    return to_int(&p->bits, &g->bits);
-  }
-  if (k == "route") {
-    if (v != "chunk" && v != "end") return Status::error("route must be chunk or end");
-    p->prefill_route = v;
-    g->prefill_route = true;  // else a policy's own default (end for SnapKV's family) wins
-    return Status::ok();
-  }
-  if (k == "prefill_window") return to_int(&p->prefill_window, &g->prefill_window);
-  if (k == "pool") return to_int(&p->pool, &g->pool);
-  if (k == "group") return to_int(&p->value_group, nullptr);  // --kv-group; validate() checks it
-  if (k == "vbits") return to_int(&p->value_bits, &g->value_bits);  // --kv-value-bits
-  if (k == "pool_side") {
-    p->pool_side = v;  // validate() names the accepted values
-    return Status::ok();
-  }
-  return Status::error(
-      fmt::format("unknown variant option '{}' (score, q, window, route_every, sink, local, "
-                  "bits, vbits, route, prefill_window, pool, pool_side, group)",
-                  k));
+  if (k == "policy" || k == "budget" || k == "budget_bytes" || k == "trace")
+    return Status::error(
+        fmt::format("'{}' is the grid's to set (the variant's name is its policy; --budgets)", k));
+  return set_kv_option(p, g, k, v);
 }
 
 std::string budget_str(double b) { return fmt::format("{:g}", b); }

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kvcache/policies/routing_policy.h"
+
 namespace qevict {
 
 RoutingBudget KvBudget::routing() const {
@@ -89,7 +91,8 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
     b.head_token_bytes = head_token_bytes;
     b.head_capacity = int64_t(b.total / size_t(shape.n_kv_heads) / b.head_token_bytes);
     // H2O's default: the budget split equally between heavy hitters and recent tokens.
-    b.local = p.local >= 0 ? p.local : int(std::max<int64_t>(0, b.head_capacity - p.sink) / 2);
+    b.local =
+        p.local_half_budget ? int(std::max<int64_t>(0, b.head_capacity - p.sink) / 2) : p.local;
     b.head_heavy = b.head_capacity - b.sink - b.local;
     b.sink_bytes = size_t(b.sink) * b.head_token_bytes * shape.n_kv_heads;
     b.local_bytes = size_t(b.local) * b.head_token_bytes * shape.n_kv_heads;
@@ -144,6 +147,37 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   b.capacity_full = int64_t(std::floor((1.0 - p.q) * double(b.hist_bytes) / double(b.window_full)));
   b.capacity_quant = int64_t(std::floor(p.q * double(b.hist_bytes) / double(b.window_quant)));
   return b;
+}
+
+Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
+                       const PolicyNeeds& needs) {
+  const bool by_tokens = p.budget_tokens > 0 && !(p.budget_fraction > 0.0) && p.budget_bytes <= 0;
+  if (by_tokens) return Status::ok();
+  const int H = shape.n_kv_heads;
+  const size_t token = size_t(2) * shape.head_dim * sizeof(uint16_t) + sizeof(int32_t) +
+                       (needs.cumulative_scores ? sizeof(double) : 0) +
+                       (needs.value_norms ? sizeof(float) : 0) +
+                       (needs.obs_window > 0 ? size_t(shape.group()) * sizeof(float) : 0) +
+                       (needs.obs_max_kernel > 0 ? sizeof(float) : 0);
+  const int64_t slack = std::max(p.route_every, 1);
+  const int64_t held = int64_t(b->total / H / token);
+  const int64_t cap = std::min<int64_t>(held - slack, n_ctx);
+  const int64_t local = p.local_half_budget ? std::max<int64_t>(0, cap - p.sink) / 2 : p.local;
+  if (cap - p.sink - local < 1)
+    return Status::error(fmt::format(
+        "budget too small for {}: {} bytes per layer hold {} tokens of {} B (K, V, position "
+        "and the policy's per-token state) per KV head; it needs {} for the decode tokens "
+        "between routings (--kv-route-every) + {} sink + {} recent + at least 1 heavy; raise "
+        "--kv-budget",
+        p.policy, b->total, held, token, slack, p.sink, local));
+  b->head_token_bytes = token;
+  b->head_capacity = cap;
+  b->local = int(local);
+  b->head_heavy = cap - p.sink - local;
+  b->sink_bytes = size_t(b->sink) * token * H;
+  b->local_bytes = size_t(b->local) * token * H;
+  b->hist_bytes = size_t(b->head_heavy) * token * H;
+  return Status::ok();
 }
 
 }  // namespace qevict

@@ -22,6 +22,8 @@
 
 namespace qevict {
 
+struct PolicyNeeds;  // kvcache/policies/routing_policy.h
+
 // A window's entry in the store's table (WindowStore::Window: id, slots, score, tier),
 // charged with the window in M_f and M_q: with ω = 1 (StreamingLLM) there is one a token, 6 %
 // of a token's K and V on a model with 2 KV heads of 64.
@@ -87,9 +89,20 @@ struct KvBudget {
 
 // Computes the budget of a cache of `kind` for at most n_ctx tokens, or says why the
 // params cannot make one (no budget given, budget below sink + local, ...; kQuantized: a
-// budget given, which a pure quantizer cannot meet). For kPerHead a
-// params.local of -1 means H2O's default: the recent window takes half of what the sink leaves.
+// budget given, which a pure quantizer cannot meet). For kPerHead, params.local_half_budget is
+// H2O's default: the recent window takes half of what the sink leaves.
 Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
                                   const KvCacheParams& params);
+
+// A per-head budget given in bytes (--kv-budget, --kv-budget-bytes) is what the cache holds,
+// not only its K/V rows: refits b's token capacity so that, per layer, every KV head's kept
+// tokens — capacity plus the Ω tokens decode adds between two routings — with their K and V rows,
+// position and the policy's per-token state (cumulative score f64, value norm f32, the decode
+// observation window's g sums and running max, f32) fit in b->total. Sink and
+// recent counts are kept (H2O's default split is recomputed); b->head_token_bytes becomes the
+// per-token cost. A budget in tokens (KvCacheParams::budget_tokens, kvpress's unit, used by the
+// faithfulness check) keeps its meaning. Errors when no heavy token is left.
+Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
+                       const PolicyNeeds& needs);
 
 }  // namespace qevict

@@ -1,19 +1,50 @@
-// make_kv_cache (see factory.h).
+// make_kv_cache and the bounds of the cache kinds (see factory.h, registry.h).
 #include "kvcache/factory.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kvcache/budget.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/head_cache.h"
-#include "kvcache/kivi_cache.h"
-#include "kvcache/kvquant_cache.h"
 #include "kvcache/registry.h"
 #include "kvcache/routing_observer.h"
 #include "kvcache/tiered_cache.h"
-#include "kvcache/zipcache_cache.h"
 
 namespace qevict {
+
+namespace {
+
+// The cache of a routed or full row without a make_cache of its own.
+Expected<std::unique_ptr<SequenceKvCache>> make_cache_of_kind(const PolicyInfo& row,
+                                                              const KvShape& shape, int64_t n_ctx,
+                                                              const KvCacheParams& p) {
+  if (row.kind == CacheKind::kFull)
+    return std::unique_ptr<SequenceKvCache>(new FullKvCache(shape, n_ctx, p.dtype));
+  if (row.kind == CacheKind::kQuantized)
+    return Status::error(fmt::format("quantizer row '{}' has no make_cache", row.name));
+  auto budget = compute_budget(row.kind, shape, n_ctx, p);
+  if (!budget) return budget.status();
+  if (row.kind == CacheKind::kPerHead) {
+    auto policy = row.make_policy(p);
+    QEVICT_RETURN_IF_ERROR(fit_head_budget(&*budget, shape, n_ctx, p, policy->needs()));
+    return std::unique_ptr<SequenceKvCache>(
+        new HeadKvCache(shape, n_ctx, p, *budget, std::move(policy)));
+  }
+  std::unique_ptr<RoutingObserver> trace;
+  if (!p.trace_path.empty()) {
+    auto t = RoutingTrace::open(p.trace_path);
+    if (!t) return t.status();
+    trace = std::move(*t);
+  }
+  KvCacheParams pw = p;
+  pw.bits = budget->bits;  // --kv-bits auto resolved by the budget
+  return std::unique_ptr<SequenceKvCache>(
+      new TieredKvCache(shape, n_ctx, pw, *budget, row.make_policy(pw), std::move(trace)));
+}
+
+}  // namespace
 
 Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, int64_t n_ctx,
                                                          const KvCacheParams& p) {
@@ -21,83 +52,44 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
   QEVICT_RETURN_IF_ERROR(p.validate());
   if (n_ctx <= 0) return Status::error("context size must be positive");
   const PolicyInfo* row = find_policy(p.policy);  // validate() found it
-  auto budget = compute_budget(row->kind, shape, n_ctx, p);
-  if (!budget) return budget.status();
-  switch (row->kind) {
-    case CacheKind::kFull:
-      return std::unique_ptr<SequenceKvCache>(new FullKvCache(shape, n_ctx, p.dtype));
-    case CacheKind::kPerHead: {
-      auto policy = row->make_policy(p);
-      QEVICT_RETURN_IF_ERROR(fit_head_budget(&*budget, shape, n_ctx, p, policy->needs()));
-      return std::unique_ptr<SequenceKvCache>(
-          new HeadKvCache(shape, n_ctx, p, *budget, std::move(policy)));
-    }
-    case CacheKind::kQuantized: {
-      if (p.policy == "kvquant") {
-        KvQuantConfig c;
-        c.bits = p.bits;
-        c.sparsity = 1.0 - p.q;
-        c.first_fp16 = p.sink;
-        QEVICT_RETURN_IF_ERROR(c.validate());
-        if (p.dtype != HalfType::kF16)
-          return Status::error("kvquant keeps its parameters and first tokens in f16");
-        const auto& cal = p.kvquant_calib;
-        if (!cal)
-          return Status::error(
-              "kvquant needs the model's calibration (made from a calibration text by "
-              "engine/kvquant_calibration.h; the CLI does it when --kv-policy kvquant is given)");
-        if (int(cal->size()) != shape.n_layers)
-          return Status::error(fmt::format("kvquant: the calibration has {} layers, the model {}",
-                                           cal->size(), shape.n_layers));
-        for (const KvQuantLayerCalib& l : *cal)
-          if (int(l.k_upper.size()) != shape.kv_width() ||
-              int(l.k_lower.size()) != shape.kv_width() || l.k_offset.size() != l.k_upper.size() ||
-              l.k_range.size() != l.k_upper.size() || l.k_lut.size() != (size_t(1) << c.bits) ||
-              l.v_lut.size() != (size_t(1) << c.bits))
-            return Status::error(fmt::format(
-                "kvquant: the calibration does not fit this model or --kv-bits {}", c.bits));
-        // --kv-trace DIR: the prompt's quantization is dumped there (KvQuantCache::dump_prompt).
-        return std::unique_ptr<SequenceKvCache>(
-            new KvQuantCache(shape, n_ctx, c, cal, p.trace_path));
-      }
-      if (p.policy == "zipcache") {
-        ZipCacheConfig c;
-        c.lo_bits = p.bits;
-        c.unimportant_ratio = p.q;
-        c.gap = p.route_every;
-        QEVICT_RETURN_IF_ERROR(c.validate());
-        if (p.dtype != HalfType::kF16)
-          return Status::error("zipcache keeps its buffer and parameters in f16, as the reference");
-        if (!p.trace_path.empty() && p.prefill_route != "end")
-          return Status::error(
-              "--kv-trace DIR with zipcache dumps the prompt's rule at its end: it needs "
-              "--prefill-route end");
-        return std::unique_ptr<SequenceKvCache>(new ZipKvCache(shape, n_ctx, p, c));
-      }
-      const KiviConfig c{p.bits, p.value_group, p.local};
-      QEVICT_RETURN_IF_ERROR(c.validate(shape.head_dim));
-      if (p.dtype != HalfType::kF16)
-        return Status::error("kivi keeps its residual and parameters in f16, as the reference");
-      if (!p.trace_path.empty() && p.prefill_route != "end")
-        return Status::error(
-            "--kv-trace DIR with kivi dumps the prompt's quantization at its end: it needs "
-            "--prefill-route end");
-      return std::unique_ptr<SequenceKvCache>(new KiviKvCache(shape, n_ctx, p, c));
-    }
-    case CacheKind::kWindowed: {
-      std::unique_ptr<RoutingObserver> trace;
-      if (!p.trace_path.empty()) {
-        auto t = RoutingTrace::open(p.trace_path);
-        if (!t) return t.status();
-        trace = std::move(*t);
-      }
-      KvCacheParams pw = p;
-      pw.bits = budget->bits;  // --kv-bits auto resolved by the budget
-      return std::unique_ptr<SequenceKvCache>(
-          new TieredKvCache(shape, n_ctx, pw, *budget, row->make_policy(pw), std::move(trace)));
-    }
+  if (row->kind == CacheKind::kQuantized)         // refuses a budget (budget.cpp)
+    QEVICT_RETURN_IF_ERROR(compute_budget(row->kind, shape, n_ctx, p).status());
+  if (row->make_cache) return row->make_cache(shape, n_ctx, p);
+  return make_cache_of_kind(*row, shape, n_ctx, p);
+}
+
+Expected<size_t> kind_max_bytes(const PolicyInfo& row, const KvShape& shape, int64_t prompt_len,
+                                int max_tokens, const KvCacheParams& p, int prefill_chunk) {
+  const int64_t n_ctx = prompt_len + max_tokens;
+  const size_t token = shape.token_bytes() * size_t(shape.n_layers);
+  if (row.kind == CacheKind::kFull) {
+    const int64_t pages = (n_ctx + FullKvCache::kPageTokens - 1) / FullKvCache::kPageTokens;
+    return size_t(pages * FullKvCache::kPageTokens) * token + kCacheConstantBytes;
   }
-  return Status::error("unknown cache kind");
+  auto b = compute_budget(row.kind, shape, n_ctx, p);
+  if (!b) return b.status();
+  // A per-head budget must also hold the policy's own state (make_kv_cache does the same):
+  // refused here, before admission, as a request the server cannot take.
+  if (row.kind == CacheKind::kPerHead)
+    QEVICT_RETURN_IF_ERROR(fit_head_budget(&*b, shape, n_ctx, p, row.make_policy(p)->needs()));
+  if (row.kind == CacheKind::kQuantized) {
+    // A quantizer has no budget: bounded by every token in f16 (what it holds before its rule
+    // quantizes them) plus its one-layer dequantization scratch, also f16.
+    const size_t f16 = size_t(n_ctx) * token;
+    const size_t peak = f16 + f16 / size_t(shape.n_layers);
+    return peak + peak / 20 + kCacheConstantBytes;
+  }
+  size_t peak = b->total * size_t(shape.n_layers) + size_t(prefill_chunk) * token;
+  if (p.defers_prompt()) peak = std::max(peak, size_t(prompt_len) * token);
+  return peak + peak / 20 + kCacheConstantBytes;
+}
+
+Expected<size_t> max_cache_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
+                                 const KvCacheParams& p, int prefill_chunk) {
+  const PolicyInfo* row = find_policy(p.policy);
+  if (!row) return Status::error(fmt::format("unknown KV policy '{}'", p.policy));
+  if (row->max_bytes) return row->max_bytes(shape, prompt_len, max_tokens, p, prefill_chunk);
+  return kind_max_bytes(*row, shape, prompt_len, max_tokens, p, prefill_chunk);
 }
 
 }  // namespace qevict

@@ -15,4 +15,10 @@ namespace qevict {
 Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, int64_t n_ctx,
                                                          const KvCacheParams& params);
 
+// The most bytes the cache of params.policy can hold for a sequence of prompt_len +
+// max_tokens tokens prefilled in chunks of prefill_chunk: its row's max_bytes, or the bound of
+// its kind (kind_max_bytes, registry.h). What a server reserves before admitting a request.
+Expected<size_t> max_cache_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
+                                 const KvCacheParams& params, int prefill_chunk);
+
 }  // namespace qevict

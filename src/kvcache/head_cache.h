@@ -50,19 +50,9 @@
 #include "kvcache/params.h"
 #include "kvcache/policies/routing_policy.h"
 #include "kvcache/routing_observer.h"
+#include "kvcache/routing_schedule.h"
 
 namespace qevict {
-
-// A per-head budget given in bytes (--kv-budget, --kv-budget-bytes) is what the cache holds,
-// not only its K/V rows: refits b's token capacity so that, per layer, every KV head's kept
-// tokens — capacity plus the Ω tokens decode adds between two routings — with their K and V rows,
-// position and the policy's per-token state (cumulative score f64, value norm f32, the decode
-// observation window's g sums and running max, f32) fit in b->total. Sink and
-// recent counts are kept (H2O's default split is recomputed); b->head_token_bytes becomes the
-// per-token cost. A budget in tokens (KvCacheParams::budget_tokens, kvpress's unit, used by the
-// faithfulness check) keeps its meaning. Errors when no heavy token is left.
-Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
-                       const PolicyNeeds& needs);
 
 // CriticalKV's value norms of m value rows of KV head h: ν_i = (1/g) Σ_j ‖v_i W_O^{h·g+j}‖₁,
 // W_O^{qh} the columns [qh·d, qh·d + d) of wo (f32 [E][qw]); v f32 [m][d]; y scratch.
@@ -90,7 +80,7 @@ class HeadKvCache final : public SequenceKvCache {
   Status commit_alone(ThreadPool& pool) override;
   Status end_prompt_alone(ThreadPool& pool) override;
   Status route() override;
-  bool prefill_keeps_everything() const override { return p_.prefill_route == "end"; }
+  bool prefill_keeps_everything() const override { return sched_.defers_prompt(); }
   // Replay: the tokens (and the queries the observation window keeps); H2O's scores from the
   // shared masses (f16 attention, as this cache's own with the default --kv-dtype).
   PromptReplay prompt_replay() const override;
@@ -145,7 +135,7 @@ class HeadKvCache final : public SequenceKvCache {
   // Builds request_ for `layer`: candidates, the layer's budget, and with `inputs` the
   // observation-window probabilities and value norms the policy needs.
   Status layer_request(int layer, bool inputs);
-  // Fills request_.obs for `layer` (the last obs_n_ queries over each head's kept tokens;
+  // Fills request_.obs for `layer` (the window's last queries over each head's kept tokens;
   // during decode, the mean of the accumulated sums, and obs_max).
   void observe(int layer);
   // probs_ = the probabilities query row q (position qpos) gives every kept token of head h,
@@ -160,7 +150,6 @@ class HeadKvCache final : public SequenceKvCache {
   // Removes the candidates (rows first, first + n_cand) that `entries` evict, in place;
   // returns how many.
   int64_t compact(HeadStore& s, int64_t first, const PlanEntry* entries, int64_t n_cand);
-  void keep_queries(int layer, const float* q);
   void position_tiers(int layer, int kv_head, std::vector<Tier>* out) const;
 
   KvShape shape_;
@@ -172,22 +161,20 @@ class HeadKvCache final : public SequenceKvCache {
   int64_t steady_tokens_ = 0;     // most tokens a head holds during decode: min(C + Ω, n_ctx)
   std::vector<HeadStore> heads_;  // [n_layers][n_kv_heads]
   int64_t n_past_ = 0, n_new_ = 0;
-  int steps_since_route_ = 0;
   int64_t routed_below_ = 0;  // positions < this had left the recent window at the last routing
-  int64_t routing_events_ = 0, evictions_ = 0;
-  RoutingClock clock_;  // wall time of routing events (--kv-stats, bench's routing share)
+  int64_t evictions_ = 0;
+  // When to route (every Ω decode steps; the prompt held to its end with --prefill-route end),
+  // routing events, their wall time (--kv-stats, bench's routing share) and the peak bytes.
+  RoutingSchedule sched_;
   // The pool of a commit_alone / end_prompt_alone call under way, and what the routing
   // threads past the first plan with (route_heads_parallel; their scratch is freed after
   // every event, as request_'s).
   RoutingThreads route_threads_;
-  size_t peak_bytes_ = 0;        // most bytes held after any call (before its routing)
-  bool prompt_pending_ = false;  // --prefill-route end: prompt committed, not routed yet
   // Routing scratch (reused).
   RoutingRequest request_;
   RoutingPlan plan_;
-  // Observation window (needs_.obs_window = w): each layer's last w queries, oldest first.
-  int64_t obs_n_ = 0;                       // queries held (≤ w), the same for every layer
-  std::vector<float> obs_q_;                // f32 [n_layers][w][q_width]
+  // Observation window (needs_.obs_window = w): each layer's last w prompt queries.
+  QueryWindow obs_q_;
   std::vector<float> obs_st_;               // f32 [group][head_dim + 2] one query's softmax state
   std::vector<float> obs_ml_;               // f32 [kept tokens][group][2] its per-token (m, l)
   std::vector<float> probs_;                // f32 [group][kept tokens] its probabilities

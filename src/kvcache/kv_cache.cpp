@@ -72,6 +72,8 @@ KvLayerReport KvReport::total() const {
     t.demotions += x.demotions;
     t.evictions += x.evictions;
     t.quantizations += x.quantizations;
+    t.quantized_units += x.quantized_units;
+    t.outliers += x.outliers;
     t.evicted_at_first_routing += x.evicted_at_first_routing;
     t.aged += x.aged;
     t.bytes_sink += x.bytes_sink;

@@ -1,7 +1,10 @@
-// KV-cache options: one struct, defaults from SPEC §1–5. A policy's own defaults (the
-// authors' settings of a baseline) are applied by its registry row (kvcache/registry.h);
-// caches are made by make_kv_cache (kvcache/factory.h); every byte figure of the budget is
-// computed by compute_budget (kvcache/budget.h).
+// KV-cache options: one struct, defaults from SPEC §1–5. Every option is typed here and
+// parsed once, at the edge, by set_kv_option (kvcache/options.h), which the CLI, `eval`
+// variants, the Python bindings and the server share. A policy's own defaults (the authors'
+// settings of a baseline) are applied by its registry row (kvcache/registry.h), which also
+// fills the settings only its family has (QuantizerOptions); caches are made by the row's
+// make_cache (make_kv_cache, kvcache/factory.h); every byte figure of the budget is computed
+// by compute_budget (kvcache/budget.h).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +14,44 @@
 
 #include "core/status.h"
 #include "kernels/ops.h"
-#include "kvcache/policies/kvquant_policy.h"
 
 namespace qevict {
+
+struct KvQuantLayerCalib;  // kvcache/quantizers/kvquant_policy.h
+
+// When a budgeted cache routes during prefill (SPEC §4): kChunk after every prefill chunk
+// (peak bytes ≤ budget + one chunk, whatever the prompt); kEnd holds the whole prompt in full
+// precision and routes once, when the prompt is complete (SequenceKvCache::end_prompt, or the
+// first decode step): the paper's own code, peak bytes = the prompt.
+enum class PrefillRoute { kChunk, kEnd };
+// How qevict ranks windows (QEvictPolicy, SPEC §2): kSum = the cumulative score S̄(w) (paper
+// Eq. 1); kAge = S̄(w) per query token that has seen the window.
+enum class ScoreMode { kSum, kAge };
+// Which neighbours pool into a window: kBoth (ids within `pool` either side) or kAfter (a
+// window takes the best of itself and the `pool` windows before it, so only the windows that
+// follow a peak — the rest of a value the question found — rise with it).
+enum class PoolSide { kBoth, kAfter };
+
+const char* to_string(PrefillRoute r);  // "chunk", "end"
+const char* to_string(ScoreMode s);     // "sum", "age"
+const char* to_string(PoolSide s);      // "both", "after"
+
+// The settings of the quantizers that keep every token (KIVI, KVQuant, ZipCache), each under
+// its own name. Their registry rows fill them from the shared flags (--kv-bits, --kv-q,
+// --kv-sink, --kv-local, --kv-group, --kv-route-every), whose meaning differs per family, so
+// that no cache reads a shared field in a sense of its own.
+struct QuantizerOptions {
+  int bits = 2;                // KIVI, KVQuant: code bits; ZipCache: the low bit width
+  int group = 32;              // KIVI: G, tokens (keys) and channels (values) per group
+  int residual = 128;          // KIVI: R, newest tokens kept in f16
+  double outlier_share = 0.0;  // KVQuant: share of values kept exactly (1 − sparsity threshold)
+  int f16_first = 0;           // KVQuant: first tokens kept in f16
+  double low_share = 0.0;      // ZipCache: share of tokens at the low bit width
+  int gap = 100;               // ZipCache: tokens between requantizations (streaming_gap)
+  // KVQuant: the model's calibration, one entry per layer (pre-RoPE key thresholds and
+  // levels; engine/kvquant_calibration.h fits it on a calibration text). Shared, read-only.
+  std::shared_ptr<const std::vector<KvQuantLayerCalib>> kvquant_calib;
+};
 
 struct KvCacheParams {
   std::string policy = "full";      // a registry name: full, qevict, streaming, h2o, ...
@@ -30,47 +68,42 @@ struct KvCacheParams {
   int window = 8;       // ω: tokens per window
   int route_every = 8;  // Ω: decode steps between routing events
   int sink = 5;         // S: first tokens, always full precision
-  int local = 32;       // L: newest tokens, always full precision (h2o: -1 = half the budget)
+  int local = 32;       // L: newest tokens, always full precision
+  // Per-head caches (H2O's default): the recent window takes half of what the sink leaves of
+  // a head's capacity, resolved by compute_budget; `local` is not read then.
+  bool local_half_budget = false;
   // qevict's registry row sets bits 4 and value_bits 2 when neither is given (K4V2).
   int bits = 2;                // low-bit tier: 2 or 4; 0 = auto (KvBudget::bits: 4 if it holds all)
   int value_group = 0;         // g: value quantization group (0: head_dim)
   int value_bits = 0;          // the low-bit tier's values: 2 or 4 (windowed caches); 0 = `bits`
   bool strict_ledger = false;  // charge ledger copies of promoted windows to the budget
-  // How qevict ranks windows (QEvictPolicy, SPEC §2): "sum" = the cumulative score S̄(w)
-  // (paper Eq. 1); "age" = S̄(w) per query token that has seen the window.
-  std::string score = "sum";
-  // qevict: rank a window by the highest score within `pool` windows either side of it
-  // (QEvictPolicy; SnapKV's pooling at window granularity). 0: its own score only.
+  ScoreMode score = ScoreMode::kSum;
+  // qevict: rank a window by the highest score within `pool` windows of it (QEvictPolicy;
+  // SnapKV's pooling at window granularity), on the side `pool_side` says. 0: its own score.
   int pool = 0;
-  // Which neighbours pool into a window: "both" (ids within `pool` either side) or "after"
-  // (a window takes the best of itself and the `pool` windows before it, so only the windows
-  // that follow a peak — the rest of a value the question found — rise with it).
-  std::string pool_side = "both";
-  // When a budgeted cache routes during prefill (SPEC §4): "chunk" after every prefill chunk
-  // (peak bytes ≤ budget + one chunk, whatever the prompt); "end" holds the whole prompt in
-  // full precision and routes once, when the prompt is complete (SequenceKvCache::end_prompt,
-  // or the first decode step): the paper's own code, peak bytes = the prompt.
-  std::string prefill_route = "chunk";
-  // How that one "end" routing ranks windows (windowed caches): 0 = the cumulative score S̄
+  PoolSide pool_side = PoolSide::kBoth;
+  PrefillRoute prefill_route = PrefillRoute::kChunk;
+  // How that one kEnd routing ranks windows (windowed caches): 0 = the cumulative score S̄
   // of every prompt query (Eq. 1, SPEC §2); N > 0 = the attention mass the last N prompt
   // queries put on each window only (SnapKV's observation window, w = 32 in init_snapkv,
   // BASELINES.md), after which scores restart from that mass. The qevict registry row makes
-  // 32 the default with route "end" (chosen from the eval suite) unless the option is given.
+  // 32 the default with route kEnd (chosen from the eval suite) unless the option is given.
   int prefill_window = 0;
   std::string trace_path;  // --kv-trace: JSONL record per routing event and layer
-  // kvquant only: the model's calibration, one entry per layer (pre-RoPE key thresholds and
-  // levels; engine/kvquant_calibration.h fits it on a calibration text). Shared, read-only.
-  std::shared_ptr<const std::vector<KvQuantLayerCalib>> kvquant_calib;
+  // KIVI / KVQuant / ZipCache: filled by their registry rows.
+  QuantizerOptions quant;
 
+  bool defers_prompt() const { return prefill_route == PrefillRoute::kEnd; }
   // Checks every field, and the policy's own rules (its registry row).
   Status validate() const;
 };
 
-// Which KvCacheParams fields the user set explicitly (the CLI marks them): a policy's
+// Which KvCacheParams fields the user set explicitly (set_kv_option marks them): a policy's
 // registry row gives the others its authors' defaults.
 struct KvParamsGiven {
   bool window = false, route_every = false, sink = false, local = false, q = false, bits = false;
   bool prefill_route = false, prefill_window = false, pool = false, value_bits = false;
+  bool value_group = false;
 };
 
 }  // namespace qevict

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "kvcache/full_cache.h"
+#include "kvcache/head_cache.h"
 #include "kvcache/policies/adakv_policy.h"
 #include "kvcache/policies/criticalkv_policy.h"
 #include "kvcache/policies/defensivekv_policy.h"
@@ -13,6 +15,11 @@
 #include "kvcache/policies/qevict_policy.h"
 #include "kvcache/policies/snapkv_policy.h"
 #include "kvcache/policies/streaming_policy.h"
+#include "kvcache/quantizers/kivi_cache.h"
+#include "kvcache/quantizers/kvquant_cache.h"
+#include "kvcache/quantizers/zipcache_cache.h"
+#include "kvcache/routing_observer.h"
+#include "kvcache/tiered_cache.h"
 
 namespace qevict {
 
@@ -32,7 +39,7 @@ Status family_defaults(KvCacheParams* p, const KvParamsGiven& given, int w, int6
   if (!given.sink) p->sink = 0;
   if (!given.local) p->local = w;
   if (!given.route_every) p->route_every = w;
-  if (!given.prefill_route) p->prefill_route = "end";
+  if (!given.prefill_route) p->prefill_route = PrefillRoute::kEnd;
   p->window = 1;
   p->q = 0.0;
   if (!(p->budget_fraction > 0.0) && p->budget_bytes <= 0 && p->budget_tokens <= 0) {
@@ -67,13 +74,13 @@ std::deque<PolicyInfo> built_ins() {
       // window led the cumulative S̄ of every prompt query (Eq. 1) by 23-29 macro points at
       // 20 / 10 / 5 %, and end led chunk by 34 with it (sensitivity at 20 %). chunk stays
       // one flag away for a peak bounded by the budget + one chunk.
-      if (!given.prefill_route) p->prefill_route = "end";
-      if (p->prefill_route == "end" && !given.prefill_window) p->prefill_window = 32;
+      if (!given.prefill_route) p->prefill_route = PrefillRoute::kEnd;
+      if (p->defers_prompt() && !given.prefill_window) p->prefill_window = 32;
       // With the window scorer, a window ranks with the best within 2 windows of it: the
       // question's queries find a long value's first window, and the rest of the value stays
       // with it (4K, 20 %: RULER macro 65.6 -> 74.8, FullKV 72.3; niah_single_3 2/10 -> 10/10;
       // EVALUATION.md "Pooling").
-      if (p->prefill_route == "end" && p->prefill_window > 0 && !given.pool) p->pool = 2;
+      if (p->defers_prompt() && p->prefill_window > 0 && !given.pool) p->pool = 2;
       // The low-bit tier keeps keys at 4 bits and values at 2 (K4V2) unless told otherwise:
       // the suite's best layout (8K, 10 per task, RULER macro at 20 / 10 / 5 %: 71.3 / 72.4 /
       // 69.8 against INT2's 68.2 / 70.9 / 67.0; EVALUATION.md "Which low-bit layout") at
@@ -86,8 +93,7 @@ std::deque<PolicyInfo> built_ins() {
       return Status::ok();
     };
     r.make_policy = [](const KvCacheParams& p) -> std::unique_ptr<RoutingPolicy> {
-      return std::make_unique<QEvictPolicy>(p.score == "age" ? ScoreMode::kAge : ScoreMode::kSum,
-                                            p.pool, p.pool_side == "after");
+      return std::make_unique<QEvictPolicy>(p.score, p.pool, p.pool_side == PoolSide::kAfter);
     };
     rows.push_back(std::move(r));
   }
@@ -124,7 +130,7 @@ std::deque<PolicyInfo> built_ins() {
             "--kv-window, --kv-q and --kv-bits do not apply to h2o (token level, full precision)");
       if (!given.sink) p->sink = 0;
       if (!given.route_every) p->route_every = 1;
-      if (!given.local) p->local = -1;  // half the budget (compute_budget)
+      p->local_half_budget = !given.local;  // half the budget (compute_budget)
       p->window = 1;
       p->q = 0.0;
       return Status::ok();
@@ -239,15 +245,15 @@ std::deque<PolicyInfo> built_ins() {
         return Status::error(
             "--kv-window, --kv-q, --kv-sink and --kv-route-every do not apply to kivi (every "
             "token kept, quantized after each call)");
-      // G: --kv-group (0, the qevict default of head_dim, means KIVI's 32); R: --kv-local.
-      if (p->value_group == 0) p->value_group = 32;
-      if (!given.local) p->local = 128;
-      if (!given.prefill_route) p->prefill_route = "end";
-      p->sink = 0;
-      p->window = 1;
-      p->q = 0.0;
+      // bits: --kv-bits; G: --kv-group (0, the qevict default of head_dim, means KIVI's 32);
+      // R: --kv-local.
+      p->quant.bits = p->bits;
+      p->quant.group = p->value_group != 0 ? p->value_group : 32;
+      p->quant.residual = given.local ? p->local : 128;
+      if (!given.prefill_route) p->prefill_route = PrefillRoute::kEnd;
       return Status::ok();
     };
+    r.make_cache = make_kivi_cache;
     rows.push_back(std::move(r));
   }
   {
@@ -269,13 +275,15 @@ std::deque<PolicyInfo> built_ins() {
             "--kv-window, --kv-local and --kv-route-every do not apply to kvquant (every token "
             "quantized on arrival; --kv-bits: bits, --kv-q: outlier share, --kv-sink: f16 "
             "first tokens)");
-      if (!given.bits) p->bits = 3;
-      if (!given.q) p->q = 0.01;     // sparsity threshold 0.99
-      if (!given.sink) p->sink = 1;  // --first_few_fp16 (DBRX recipe: 1)
-      p->local = 0;
-      p->window = 1;
+      if (given.value_group)
+        return Status::error(
+            "--kv-group does not apply to kvquant (per-channel keys, per-token values)");
+      p->quant.bits = given.bits ? p->bits : 3;
+      p->quant.outlier_share = given.q ? p->q : 0.01;  // sparsity threshold 0.99
+      p->quant.f16_first = given.sink ? p->sink : 1;   // --first_few_fp16 (DBRX recipe: 1)
       return Status::ok();
     };
+    r.make_cache = make_kvquant_cache;
     rows.push_back(std::move(r));
   }
   {
@@ -295,15 +303,15 @@ std::deque<PolicyInfo> built_ins() {
         return Status::error(
             "--kv-window, --kv-sink and --kv-local do not apply to zipcache (every token kept; "
             "--kv-q is the unimportant ratio, --kv-route-every the requantization gap)");
-      // --kv-q: the share of tokens at the low bit width; --kv-route-every: streaming_gap.
-      if (!given.q) p->q = 0.4;
-      if (!given.route_every) p->route_every = 100;
-      if (!given.prefill_route) p->prefill_route = "end";
-      p->sink = 0;
-      p->local = 0;
-      p->window = 1;
+      // --kv-bits: the low bit width; --kv-q: the share of tokens at it; --kv-route-every:
+      // streaming_gap.
+      p->quant.bits = p->bits;
+      p->quant.low_share = given.q ? p->q : 0.4;
+      p->quant.gap = given.route_every ? p->route_every : 100;
+      if (!given.prefill_route) p->prefill_route = PrefillRoute::kEnd;
       return Status::ok();
     };
+    r.make_cache = make_zipcache_cache;
     rows.push_back(std::move(r));
   }
   return rows;
@@ -336,6 +344,8 @@ Status register_policy(PolicyInfo row) {
     return Status::error(fmt::format("KV policy '{}' is registered already", row.name));
   if (row.kind != CacheKind::kFull && row.kind != CacheKind::kQuantized && !row.make_policy)
     return Status::error(fmt::format("KV policy '{}' has no routing rule", row.name));
+  if (row.kind == CacheKind::kQuantized && !row.make_cache)
+    return Status::error(fmt::format("quantizer '{}' has no make_cache (its cache)", row.name));
   rows().push_back(std::move(row));
   return Status::ok();
 }

@@ -17,7 +17,11 @@ struct KvLayerReport {
   // Windows (per-head caches: tokens, all KV heads) by tier now.
   int64_t windows_full = 0, windows_quant = 0, windows_evicted = 0, windows_local = 0;
   // Moves so far.
+  // quantizations: windows written to the low-bit tier (tiered cache), once each.
   int64_t promotions = 0, demotions = 0, evictions = 0, quantizations = 0;
+  // Quantizers (every token kept): units held at low bits — KIVI's key groups, ZipCache's
+  // low-bit tokens (per KV head) — and KVQuant's outlier values kept exactly.
+  int64_t quantized_units = 0, outliers = 0;
   int64_t evicted_at_first_routing = 0;  // young-window evictions (SPEC §8)
   int64_t aged = 0;                      // windows that left the local region
   // Bytes in use by tier, and what the process holds for the layer.

@@ -23,7 +23,8 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       rope_(budget.capacity_quant > 0 ? RopeTable(shape.rope, shape.head_dim, n_ctx) : RopeTable()),
       store_(shape, budget, qlayout_, p_.dtype, &rope_),
       trace_(std::move(trace)),
-      defer_prefill_(p_.prefill_route == "end") {}
+      sched_(p_.prefill_route, p_.route_every),
+      obs_q_(shape.n_layers, p_.prefill_window, shape.q_width()) {}
 
 Status TieredKvCache::begin(int64_t n_new) {
   QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
@@ -81,14 +82,11 @@ FusedAttnParams TieredKvCache::fused_params() const {
 void TieredKvCache::observe(int layer, const float* q, ThreadPool& pool) {
   // SnapKV's observation window (tiered_cache.h): the last N queries of the prompt so far,
   // which may span this call and earlier ones.
-  const int64_t N = p_.prefill_window, qw = shape_.q_width();
-  obs_q_.resize(size_t(shape_.n_layers) * N * qw);
-  float* ring = obs_q_.data() + size_t(layer) * N * qw;
-  const int64_t kept = std::min(obs_n_, N - std::min(n_new_, N));  // older rows that stay
-  const int64_t fresh = std::min(n_new_, N);
-  std::copy(ring + (obs_n_ - kept) * qw, ring + obs_n_ * qw, ring);
-  std::copy(q + (n_new_ - fresh) * qw, q + n_new_ * qw, ring + kept * qw);
-  const int64_t n_obs = kept + fresh;
+  const int64_t qw = shape_.q_width();
+  obs_q_.allocate();
+  obs_q_.keep(layer, q, n_new_);
+  const float* ring = obs_q_.rows(layer);
+  const int64_t n_obs = obs_q_.held_after(n_new_);
   // The window's queries sit at positions [n_past + n_new − n_obs, n_past + n_new): causal
   // attention over the blocks of the whole cache (attention_blocks already covers them).
   const int64_t nb = int64_t(block_window_.size());
@@ -128,37 +126,32 @@ Status TieredKvCache::route_layer(int l, RoutingPolicy& pol, RoutingRequest& req
 }
 
 Status TieredKvCache::route_event(bool decode) {
-  clock_.on_event_begin(routing_events_, n_past_, decode);
-  if (trace_) trace_->on_event_begin(routing_events_, n_past_, decode);
+  sched_.event_begin(n_past_, decode, trace_.get());
   std::vector<Status> st;
   if (route_layers_parallel(&st)) {
     for (const Status& s : st) QEVICT_RETURN_IF_ERROR(s);
   } else {
     for (int l = 0; l < shape_.n_layers; ++l) {
       QEVICT_RETURN_IF_ERROR(route_layer(l, *policy_, request_, plan_));
-      if (trace_) trace_->on_layer_routed(routing_events_, n_past_, l, store_);
+      if (trace_) trace_->on_layer_routed(sched_.events(), n_past_, l, store_);
     }
   }
-  clock_.on_event_end(routing_events_);
-  if (trace_) trace_->on_event_end(routing_events_);
-  ++routing_events_;
-  steps_since_route_ = 0;
+  sched_.event_end(trace_.get());
   return Status::ok();
 }
 
 Status TieredKvCache::route() {
-  if (prompt_pending_) return route_prompt();
+  if (sched_.prompt_pending()) return route_prompt();
   return route_event(false);
 }
 
 Status TieredKvCache::route_prompt() {
-  prompt_pending_ = false;
+  sched_.prompt_routed();
   if (p_.prefill_window > 0) {
     // Scores now hold the observation window's mass only (observe()); the age ranking
     // divides by the queries that made them.
-    scores_from_ = n_past_ - obs_n_;
-    obs_n_ = 0;
-    std::vector<float>().swap(obs_q_);  // held only while the prompt is read
+    scores_from_ = n_past_ - obs_q_.held();
+    obs_q_.release();  // held only while the prompt is read
     std::vector<float>().swap(obs_out_);
   }
   const Status st = route_event(false);
@@ -167,7 +160,7 @@ Status TieredKvCache::route_prompt() {
 }
 
 Status TieredKvCache::end_prompt() {
-  if (!prompt_pending_) return Status::ok();
+  if (!sched_.prompt_pending()) return Status::ok();
   return route_prompt();
 }
 
@@ -180,29 +173,29 @@ Status TieredKvCache::end_prompt_alone(ThreadPool& pool) {
 }
 
 Status TieredKvCache::commit() {
-  const bool chunk = n_new_ > 1;
-  if (observing()) obs_n_ = std::min<int64_t>(p_.prefill_window, obs_n_ + n_new_);
+  if (observing()) obs_q_.commit(n_new_);
+  const int64_t n = n_new_;
   n_past_ += n_new_;
   n_new_ = 0;
-  ++steps_since_route_;
-  peak_bytes_ = std::max(peak_bytes_, bytes_held());
-  if (defer_prefill_) {
-    // --prefill-route end: hold the prompt; route it at end_prompt() or, for callers that
-    // do not say, at the first decode step (the paper's code compresses there).
-    if (chunk) {
+  // Routing events (SPEC §1): after every prefill chunk and every Ω decode steps; with
+  // --prefill-route end the prompt is held and routed at end_prompt() or, for callers that do
+  // not say, at the first decode step (the paper's code compresses there).
+  switch (sched_.on_commit(n, bytes_held())) {
+    case RoutingSchedule::Due::kHoldPrompt:
       trim_scratch();
-      prompt_pending_ = true;
       return Status::ok();
+    case RoutingSchedule::Due::kPrompt:
+      return route_prompt();
+    case RoutingSchedule::Due::kChunk: {
+      const Status st = route_event(false);
+      trim_scratch();  // a chunk's scratch is far larger than decode's
+      return st;
     }
-    if (prompt_pending_) return route_prompt();
+    case RoutingSchedule::Due::kDecode:
+      return route_event(true);
+    case RoutingSchedule::Due::kNothing:
+      break;
   }
-  // Routing events: after every prefill chunk and every Ω decode steps (SPEC §1).
-  if (chunk) {
-    const Status st = route_event(false);
-    trim_scratch();  // a chunk's scratch is far larger than decode's
-    return st;
-  }
-  if (steps_since_route_ >= p_.route_every) return route_event(true);
   return Status::ok();
 }
 
@@ -218,14 +211,10 @@ void TieredKvCache::trim_scratch() {
 
 void TieredKvCache::clear() {
   store_.clear();
-  clock_.reset();
+  sched_.reset();
   n_past_ = n_new_ = 0;
-  steps_since_route_ = 0;
-  routing_events_ = 0;
-  peak_bytes_ = 0;
-  prompt_pending_ = false;
-  scores_from_ = obs_n_ = 0;
-  std::vector<float>().swap(obs_q_);
+  scores_from_ = 0;
+  obs_q_.release();
   std::vector<float>().swap(obs_out_);
 }
 
@@ -236,20 +225,20 @@ size_t TieredKvCache::bytes_held() const {
                          plan_.entries.capacity() * sizeof(PlanEntry) + route_threads_.bytes();
   return sizeof(*this) + rope_.bytes() + store_.bytes_allocated() + attn_.bytes() +
          mass_.capacity() * sizeof(double) + blocks_.capacity() * sizeof(KvBlockRef) +
-         block_window_.capacity() * sizeof(int32_t) + routing +
-         (obs_q_.capacity() + obs_out_.capacity()) * sizeof(float);
+         block_window_.capacity() * sizeof(int32_t) + routing + obs_q_.bytes() +
+         obs_out_.capacity() * sizeof(float);
 }
 
 std::string TieredKvCache::describe() const {
   // How windows are ranked, when it is not the paper's Eq. 1 sum: the prompt-end
   // observation window (--prefill-window) and its pooling, or age-normalised scores.
   std::string scoring;
-  if (p_.prefill_window > 0 && p_.prefill_route == "end")
+  if (p_.prefill_window > 0 && p_.defers_prompt())
     scoring = fmt::format("prompt-end window of {} queries", p_.prefill_window);
   if (p_.pool > 0)
     scoring += fmt::format("{}max-pooled with {} windows {}", scoring.empty() ? "" : ", ", p_.pool,
-                           p_.pool_side == "after" ? "before" : "either side");
-  if (p_.score == "age")
+                           p_.pool_side == PoolSide::kAfter ? "before" : "either side");
+  if (p_.score == ScoreMode::kAge)
     scoring += fmt::format("{}age-normalised scores", scoring.empty() ? "" : ", ");
   if (!scoring.empty()) scoring = " (" + scoring + ")";
   return fmt::format(
@@ -264,8 +253,8 @@ std::string TieredKvCache::describe() const {
 }
 
 void TieredKvCache::report(KvReport* out, ReportDetail detail) const {
-  *out = routed_report(p_.policy, describe(), budget_, bytes_held(), peak_bytes_, routing_events_,
-                       clock_.seconds, clock_.seconds_decode);
+  *out = routed_report(p_.policy, describe(), budget_, bytes_held(), sched_.peak_bytes(),
+                       sched_.events(), sched_.clock().seconds, sched_.clock().seconds_decode);
   out->quantize_seconds = store_.quantize_seconds();
   out->promote_seconds = store_.promote_seconds();
   out->unit_tokens = p_.window;

@@ -30,6 +30,7 @@
 #include "kvcache/params.h"
 #include "kvcache/policies/routing_policy.h"
 #include "kvcache/routing_observer.h"
+#include "kvcache/routing_schedule.h"
 #include "kvcache/window_store.h"
 
 namespace qevict {
@@ -54,13 +55,13 @@ class TieredKvCache final : public SequenceKvCache {
   Status commit_alone(ThreadPool& pool) override;
   Status end_prompt_alone(ThreadPool& pool) override;
   Status route() override;
-  bool prefill_keeps_everything() const override { return defer_prefill_; }
+  bool prefill_keeps_everything() const override { return sched_.defers_prompt(); }
   // Replay of a deferred prompt: the tokens, and window scores from the shared masses (f16
   // attention over every prompt token, as this cache's own with the default --kv-dtype);
   // with --prefill-window, the masses of the prompt's last queries only.
   PromptReplay prompt_replay() const override {
-    return defer_prefill_ && p_.dtype == HalfType::kF16 ? PromptReplay::kMasses
-                                                        : PromptReplay::kAttend;
+    return sched_.defers_prompt() && p_.dtype == HalfType::kF16 ? PromptReplay::kMasses
+                                                                : PromptReplay::kAttend;
   }
   int64_t prompt_mass_window() const override { return p_.prefill_window; }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
@@ -84,7 +85,8 @@ class TieredKvCache final : public SequenceKvCache {
   Status route_prompt();
   // Whether this call's queries belong to the prompt's observation window.
   bool observing() const {
-    return defer_prefill_ && p_.prefill_window > 0 && (n_new_ > 1 || prompt_pending_);
+    return sched_.defers_prompt() && p_.prefill_window > 0 &&
+           (n_new_ > 1 || sched_.prompt_pending());
   }
   // Keeps layer's last prefill_window queries (of q, this call's) and makes them the layer's
   // window scores: one more attention pass over the cache.
@@ -104,18 +106,14 @@ class TieredKvCache final : public SequenceKvCache {
   RopeTable rope_;
   WindowStore store_;
   std::unique_ptr<RoutingObserver> trace_;
-  RoutingClock clock_;
+  // When to route (every Ω decode steps; the prompt held to its end with --prefill-route
+  // end), routing events, their time and the peak bytes held.
+  RoutingSchedule sched_;
   int64_t n_past_ = 0, n_new_ = 0;
-  int steps_since_route_ = 0;
-  int64_t routing_events_ = 0;
-  size_t peak_bytes_ = 0;  // most bytes held after any call (before its routing)
-  // --prefill-route end.
-  bool defer_prefill_ = false;   // prefill_route == "end"
-  bool prompt_pending_ = false;  // prompt tokens committed, not routed yet
-  int64_t scores_from_ = 0;      // RoutingRequest::scores_from
-  int64_t obs_n_ = 0;            // queries kept in obs_q_ (≤ prefill_window)
-  std::vector<float> obs_q_;     // f32 [n_layers][prefill_window][q_width], oldest first
-  std::vector<float> obs_out_;   // f32 [prefill_window][q_width], discarded outputs
+  int64_t scores_from_ = 0;  // RoutingRequest::scores_from
+  // --prefill-window: the prompt's last queries, allocated while a prompt is read.
+  QueryWindow obs_q_;
+  std::vector<float> obs_out_;  // f32 [prefill_window][q_width], discarded outputs
   // Routing scratch (reused).
   RoutingRequest request_;
   RoutingPlan plan_;

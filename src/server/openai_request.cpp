@@ -23,6 +23,7 @@ bool known_field(const std::string& key, bool chat) {
       "top_k",     "min_p",      "frequency_penalty", "presence_penalty",
       "ignore_eos"};
   if (common.count(key)) return true;
+  if (key.rfind("kv_", 0) == 0 && key != "kv_trace") return true;  // kv_<key>: options.h
   return chat ? key == "messages" || key == "max_completion_tokens"
               : key == "prompt" || key == "echo";
 }
@@ -205,6 +206,19 @@ std::variant<OpenAiRequest, OpenAiRequestError> parse_openai_request(std::string
       r.fail("kv_budget", "must be a number in (0, 1]");
     else
       q.kv_budget = x;
+  }
+  for (auto it = body.begin(); it != body.end() && r.ok(); ++it) {
+    const std::string& key = it.key();
+    if (key.rfind("kv_", 0) != 0 || key == "kv_policy" || key == "kv_budget") continue;
+    const json& v = *it;
+    if (v.is_string())
+      q.kv_options.emplace_back(key.substr(3), v.get<std::string>());
+    else if (v.is_boolean())
+      q.kv_options.emplace_back(key.substr(3), v.get<bool>() ? "1" : "0");
+    else if (v.is_number())
+      q.kv_options.emplace_back(key.substr(3), v.dump());
+    else
+      r.fail(key, "must be a string, a number or a boolean");
   }
   if (!r.ok()) return r.take_error();
   if (q.chat) {

@@ -27,8 +27,9 @@ TEST_F(BytesHeldModel, WithinBudgetAt2K8K16KAndFlatFrom8K) {
   const int64_t n_ctx = 16384 + 16;
   KvCacheParams p;
   p.policy = "qevict";
-  p.budget_fraction = 0.05;   // full from ~2K positions: 8K and 16K are both steady state
-  p.prefill_route = "chunk";  // the bounded-memory prefill (end holds the whole prompt first)
+  p.budget_fraction = 0.05;  // full from ~2K positions: 8K and 16K are both steady state
+  p.prefill_route =
+      PrefillRoute::kChunk;  // the bounded-memory prefill (end holds the whole prompt first)
   auto made = make_kv_cache(shape, n_ctx, p);
   ASSERT_TRUE(made.has_value()) << made.error();
   SequenceKvCache& c = **made;

@@ -117,7 +117,7 @@ void register_adakv_kvpress() {
 KvCacheParams params_for(const std::string& method, int64_t n_kept, const KvShape& shape) {
   KvCacheParams p;
   p.policy = method == "adakv" ? "adakv-kvpress" : method;
-  p.prefill_route = "end";
+  p.prefill_route = PrefillRoute::kEnd;
   KvParamsGiven given;
   given.prefill_route = true;
   if (method == "streaming") {

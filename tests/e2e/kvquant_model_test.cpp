@@ -11,7 +11,7 @@
 #include "engine/kvquant_calibration.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
-#include "kvcache/kvquant_cache.h"
+#include "kvcache/quantizers/kvquant_cache.h"
 #include "kvcache/registry.h"
 
 namespace qevict {
@@ -43,7 +43,7 @@ TEST_F(KvQuantModel, CalibratedThreeBitCacheStaysCloseToFullKv) {
   auto cal = kvquant_calibration(*model_, calib, c, pool_);
   ASSERT_TRUE(cal.has_value()) << cal.error();
   ASSERT_EQ(int((*cal)->size()), model_->kv_shape().n_layers);
-  p.kvquant_calib = *cal;
+  p.quant.kvquant_calib = *cal;
 
   const int64_t n = 320;
   FullKvCache full(model_->kv_shape(), n);

@@ -99,7 +99,7 @@ TEST_F(TieredModel, PrefillRouteEndHoldsThePromptThenTheBudget) {
     KvCacheParams p;
     p.policy = "qevict";
     p.budget_fraction = 0.2;
-    p.prefill_route = "end";
+    p.prefill_route = PrefillRoute::kEnd;
     p.prefill_window = window;
     auto c = make_kv_cache(model_->kv_shape(), 680, p);
     ASSERT_TRUE(c.has_value()) << c.error();
@@ -186,7 +186,7 @@ TEST_F(TieredModel, SharedPrefillGeneratesWhatOwnPrefillDoes) {
     KvCacheParams p;
     p.policy = policy;
     p.budget_fraction = budget;
-    p.prefill_route = "end";
+    p.prefill_route = PrefillRoute::kEnd;
     auto c = make_kv_cache(model_->kv_shape(), 300 + n_predict, p);
     EXPECT_TRUE(c.has_value()) << c.error();
     return std::move(*c);
@@ -239,7 +239,7 @@ TEST_F(TieredModel, SharedPrefillHoldsAtMostAReplayGroupOfWholePrompts) {
     KvCacheParams p;
     p.policy = policy;
     p.budget_fraction = policy == "full" ? 0.0 : 0.2;
-    p.prefill_route = "end";
+    p.prefill_route = PrefillRoute::kEnd;
     auto c = make_kv_cache(model_->kv_shape(), 400 + 4, p);
     EXPECT_TRUE(c.has_value()) << c.error();
     return std::move(*c);

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "common/kv_shape.h"
 #include "common/random_wo.h"
 #include "kvcache/factory.h"
@@ -28,11 +29,11 @@ std::unique_ptr<SequenceKvCache> make(int64_t n_ctx, const std::string& policy, 
   p.policy = policy;
   p.prefill_window = prefill_window;
   p.budget_fraction = budget;
-  p.prefill_route = route;
+  p.prefill_route = test::route_of(route);
   KvParamsGiven given;  // the policy's own defaults for the rest (KIVI's group, H2O's Ω...)
   given.prefill_route = given.prefill_window = true;
   EXPECT_TRUE(apply_policy_defaults(&p, given).is_ok()) << policy;
-  if (policy == "kivi") p.value_group = 16;  // KIVI's 32 is more than this head_dim
+  if (policy == "kivi") p.quant.group = 16;  // KIVI's 32 is more than this head_dim
   auto c = make_kv_cache(shape(), n_ctx, p);
   EXPECT_TRUE(c.has_value()) << c.error();
   return c.has_value() ? std::move(*c) : nullptr;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/kv_names.h"
 #include "eval/eval_runner.h"
 #include "eval/ruler_resources.h"
 
@@ -45,9 +46,9 @@ TEST(EvalVariants, FullRunsOnceOthersAtEveryBudget) {
   EXPECT_EQ((*v)[1].params.policy, "qevict");
   EXPECT_EQ((*v)[1].params.budget_fraction, 0.2);
   EXPECT_EQ((*v)[2].params.budget_fraction, 0.1);
-  EXPECT_EQ((*v)[3].params.score, "age");
+  EXPECT_STREQ(to_string((*v)[3].params.score), "age");
   EXPECT_EQ((*v)[3].params.q, 0.0);
-  EXPECT_EQ((*v)[1].params.score, "sum");
+  EXPECT_STREQ(to_string((*v)[1].params.score), "sum");
   o.variants = {"nosuchpolicy"};
   EXPECT_FALSE(expand_variants(o).has_value());
   o.variants = {"qevict:score=median"};
@@ -69,14 +70,14 @@ TEST(EvalVariants, RouteInTheSpecOverridesThePolicyDefault) {
   auto v = expand_variants(o);
   ASSERT_TRUE(v.has_value()) << v.error();
   ASSERT_EQ(v->size(), 6u);
-  EXPECT_EQ((*v)[0].params.prefill_route, "end");
-  EXPECT_EQ((*v)[1].params.prefill_route, "chunk");
-  EXPECT_EQ((*v)[2].params.prefill_route, "chunk");
-  EXPECT_EQ((*v)[3].params.prefill_route, "end");
+  EXPECT_STREQ(to_string((*v)[0].params.prefill_route), "end");
+  EXPECT_STREQ(to_string((*v)[1].params.prefill_route), "chunk");
+  EXPECT_STREQ(to_string((*v)[2].params.prefill_route), "chunk");
+  EXPECT_STREQ(to_string((*v)[3].params.prefill_route), "end");
   EXPECT_EQ((*v)[3].params.prefill_window, 32);
-  EXPECT_EQ((*v)[4].params.prefill_route, "chunk");
+  EXPECT_STREQ(to_string((*v)[4].params.prefill_route), "chunk");
   EXPECT_EQ((*v)[4].params.prefill_window, 0);
-  EXPECT_EQ((*v)[5].params.prefill_route, "chunk");
+  EXPECT_STREQ(to_string((*v)[5].params.prefill_route), "chunk");
 }
 
 TEST(EvalVariants, PoolIsAQevictOption) {
@@ -98,7 +99,7 @@ TEST(EvalVariants, PoolIsAQevictOption) {
   o.variants = {"qevict:pool_side=after"};
   v = expand_variants(o);
   ASSERT_TRUE(v.has_value()) << v.error();
-  EXPECT_EQ((*v)[0].params.pool_side, "after");
+  EXPECT_STREQ(to_string((*v)[0].params.pool_side), "after");
   EXPECT_EQ((*v)[0].params.pool, 2);
   o.variants = {"qevict:pool_side=before"};
   EXPECT_FALSE(expand_variants(o).has_value());

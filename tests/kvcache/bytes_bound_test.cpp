@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "common/kv_shape.h"
 #include "common/random_wo.h"
 #include "kvcache/cache_peers.h"
@@ -54,7 +55,7 @@ TEST(TieredBytesHeld, WithinBudgetPlusConstantAndFlatFrom8KTo16K) {
     p.strict_ledger = strict;
     // Budget + constant from the first chunk on is --prefill-route chunk's bound; end holds
     // the whole prompt until its one routing event (prefill_route_test.cpp).
-    p.prefill_route = "chunk";
+    p.prefill_route = PrefillRoute::kChunk;
     auto made = make_kv_cache(s, n_ctx, p);
     ASSERT_TRUE(made.has_value()) << made.error();
     SequenceKvCache& c = **made;
@@ -112,7 +113,7 @@ TEST(TieredBytesHeld, PromptEndRoutingGivesTheEntriesRoomBack) {
     KvCacheParams p;
     p.policy = "streaming";
     p.budget_fraction = 0.5;
-    p.prefill_route = route;
+    p.prefill_route = test::route_of(route);
     KvParamsGiven given;
     given.prefill_route = true;
     ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());  // ω = Ω = 1
@@ -156,7 +157,7 @@ TEST(TieredBytesHeld, SmallBudgetHoldsCloseToIt) {
     KvCacheParams p;
     p.policy = k.policy;
     p.budget_fraction = 0.05;
-    p.prefill_route = "chunk";
+    p.prefill_route = PrefillRoute::kChunk;
     KvParamsGiven given;
     given.prefill_route = true;
     if (k.kv_q >= 0) p.q = k.kv_q, given.q = true;

@@ -2,7 +2,7 @@
 // a step-by-step model of the reference's residual handling (prefill and decode), its byte
 // formula after every step, and attention against a dense double-precision reference over
 // the dequantized keys/values and the f16 residual.
-#include "kvcache/kivi_cache.h"
+#include "kvcache/quantizers/kivi_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kernels/kivi_group.h"
@@ -130,7 +131,7 @@ TEST_P(KiviCacheTest, RuleBytesAndAttentionAgainstDenseReference) {
   p.local = cs.residual;
   KvParamsGiven given;
   given.local = given.bits = true;
-  p.prefill_route = cs.route;
+  p.prefill_route = test::route_of(cs.route);
   given.prefill_route = true;
   ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
   ASSERT_TRUE(p.validate().is_ok());
@@ -318,10 +319,10 @@ TEST(KiviCache, DefaultsBudgetRefusalAndBadSettings) {
   KvCacheParams p;
   p.policy = "kivi";
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-  EXPECT_EQ(p.value_group, 32);
-  EXPECT_EQ(p.local, 128);
-  EXPECT_EQ(p.prefill_route, "end");
-  EXPECT_EQ(p.bits, 2);
+  EXPECT_EQ(p.quant.group, 32);  // KIVI's own settings, named (QuantizerOptions)
+  EXPECT_EQ(p.quant.residual, 128);
+  EXPECT_STREQ(to_string(p.prefill_route), "end");
+  EXPECT_EQ(p.quant.bits, 2);
   const KvShape s = shape();
   auto ok = make_kv_cache(s, 512, p);
   ASSERT_TRUE(ok.has_value()) << ok.error();
@@ -332,10 +333,10 @@ TEST(KiviCache, DefaultsBudgetRefusalAndBadSettings) {
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.error().find("quantizer"), std::string::npos) << refused.error();
   KvCacheParams r = p;
-  r.local = 100;  // not a multiple of 32
+  r.quant.residual = 100;  // not a multiple of 32
   EXPECT_FALSE(make_kv_cache(s, 512, r).has_value());
   KvCacheParams gsz = p;
-  gsz.value_group = 48;  // does not divide head_dim 64
+  gsz.quant.group = 48;  // does not divide head_dim 64
   EXPECT_FALSE(make_kv_cache(s, 512, gsz).has_value());
   KvParamsGiven w;
   w.window = true;

@@ -18,7 +18,7 @@
 #include "core/f16.h"
 #include "kernels/kivi_group.h"
 #include "kvcache/factory.h"
-#include "kvcache/kivi_cache.h"
+#include "kvcache/quantizers/kivi_cache.h"
 #include "kvcache/registry.h"
 
 namespace qevict {

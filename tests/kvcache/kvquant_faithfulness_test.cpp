@@ -28,7 +28,7 @@
 #include "core/f16.h"
 #include "core/npy.h"
 #include "kvcache/factory.h"
-#include "kvcache/kvquant_cache.h"
+#include "kvcache/quantizers/kvquant_cache.h"
 #include "kvcache/registry.h"
 
 namespace qevict {
@@ -103,7 +103,7 @@ TEST(KvQuantFaithfulness, CacheMatchesTheNumpyTranscriptionOnEngineKeysAndValues
     KvParamsGiven given;
     given.bits = given.q = given.sink = true;
     ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
-    p.kvquant_calib = cal;
+    p.quant.kvquant_calib = cal;
     std::filesystem::remove_all(dump);
     std::filesystem::create_directories(dump);
     p.trace_path = dump;

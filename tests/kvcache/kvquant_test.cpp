@@ -11,8 +11,8 @@
 #include "core/thread_pool.h"
 #include "kernels/rope.h"
 #include "kvcache/factory.h"
-#include "kvcache/kvquant_cache.h"
-#include "kvcache/policies/kvquant_policy.h"
+#include "kvcache/quantizers/kvquant_cache.h"
+#include "kvcache/quantizers/kvquant_policy.h"
 #include "kvcache/registry.h"
 
 namespace qevict {
@@ -291,7 +291,7 @@ TEST(KvQuant, LayerBytesCountWhatIsStored) {
 }  // namespace
 }  // namespace qevict
 
-// ---- The cache (kvcache/kvquant_cache.h) ----
+// ---- The cache (kvcache/quantizers/kvquant_cache.h) ----
 
 namespace qevict {
 namespace {
@@ -309,16 +309,16 @@ struct KvqCacheFixture {
     s.rope.freq_base = 10000.0f;
     p.policy = "kvquant";
     EXPECT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-    c.bits = p.bits;
-    c.sparsity = 1.0 - p.q;
-    c.first_fp16 = p.sink;
+    c.bits = p.quant.bits;
+    c.sparsity = 1.0 - p.quant.outlier_share;
+    c.first_fp16 = p.quant.f16_first;
     auto cal = std::make_shared<std::vector<KvQuantLayerCalib>>();
     for (int l = 0; l < s.n_layers; ++l) {
       const auto k = laplace_rows(200, s.kv_width(), 40 + l),
                  v = laplace_rows(200, s.kv_width(), 50 + l);
       cal->push_back(kvquant_calibrate(c, k.data(), v.data(), 200, s.kv_width()));
     }
-    p.kvquant_calib = cal;
+    p.quant.kvquant_calib = cal;
   }
 };
 
@@ -355,7 +355,7 @@ TEST(KvQuantCache, StoresPreRopeCodesAndDecodesEachKeyAtItsPosition) {
       row(static_cast<size_t>(kvw)), dq(static_cast<size_t>(kvw)), scratch;
   std::vector<uint8_t> codes(kvq_row_bytes(kvw, f.c.bits));
   for (int l = 0; l < 2; ++l) {
-    const KvQuantLayerCalib& cal = (*f.p.kvquant_calib)[size_t(l)];
+    const KvQuantLayerCalib& cal = (*f.p.quant.kvquant_calib)[size_t(l)];
     std::vector<float> ek, ev;
     cache->export_layer(l, &ek, &ev);
     ASSERT_EQ(int64_t(ek.size()), n * kvw);
@@ -404,7 +404,7 @@ TEST(KvQuantCache, StoresPreRopeCodesAndDecodesEachKeyAtItsPosition) {
 TEST(KvQuantCache, NeedsAFittingCalibrationAndRefusesOtherPoliciesFlags) {
   KvqCacheFixture f;
   KvCacheParams p = f.p;
-  p.kvquant_calib.reset();
+  p.quant.kvquant_calib.reset();
   auto m = make_kv_cache(f.s, 64, p);
   ASSERT_FALSE(m.has_value());
   EXPECT_NE(m.error().find("calibration"), std::string::npos) << m.error();
@@ -414,14 +414,14 @@ TEST(KvQuantCache, NeedsAFittingCalibrationAndRefusesOtherPoliciesFlags) {
   ASSERT_FALSE(m.has_value());
   EXPECT_NE(m.error().find("3"), std::string::npos) << m.error();
   p = f.p;
-  p.bits = 4;  // levels fitted for 3 bits
+  p.quant.bits = 4;  // levels fitted for 3 bits
   m = make_kv_cache(f.s, 64, p);
   ASSERT_FALSE(m.has_value());
   // A calibration assembled by hand without kvq_set_key_offsets.
-  auto bare = std::make_shared<std::vector<KvQuantLayerCalib>>(*f.p.kvquant_calib);
+  auto bare = std::make_shared<std::vector<KvQuantLayerCalib>>(*f.p.quant.kvquant_calib);
   for (KvQuantLayerCalib& l : *bare) l.k_offset.clear();
   p = f.p;
-  p.kvquant_calib = bare;
+  p.quant.kvquant_calib = bare;
   m = make_kv_cache(f.s, 64, p);
   ASSERT_FALSE(m.has_value());
   EXPECT_NE(m.error().find("calibration"), std::string::npos) << m.error();

@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "common/kv_shape.h"
 #include "core/f16.h"
 #include "kvcache/cache_peers.h"
@@ -121,8 +122,8 @@ TEST(LongRun, TieredCachesStayFlatAndExactOverTheRun) {
     KvCacheParams p;
     p.policy = "qevict";
     p.q = r.q;
-    p.score = r.score;
-    p.prefill_route = "chunk";
+    p.score = test::score_of(r.score);
+    p.prefill_route = PrefillRoute::kChunk;
     // 256 tokens' worth of 16-bit K|V per layer: S + L + K_f (+ K_q) windows.
     p.budget_bytes = int64_t(256 * s.token_bytes());
     auto made = make_kv_cache(s, n_pos + 1, p);

@@ -21,6 +21,7 @@
 #include <set>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/head_cache.h"
 #include "kvcache/registry.h"
@@ -283,7 +284,7 @@ class Driver {
       }
       EXPECT_TRUE(c_->commit().is_ok());
       n_past += n;
-      if (n > 1 && p_.prefill_route == "end") pending = true;
+      if (n > 1 && p_.prefill_route == PrefillRoute::kEnd) pending = true;
       if (online) acc += n;
       if (o.n_prompt > 0 && n_past == o.n_prompt) {
         EXPECT_TRUE(c_->end_prompt().is_ok());
@@ -494,7 +495,7 @@ inline KvCacheParams family_params(const std::string& policy, int64_t budget_tok
   given.local = given.route_every = given.prefill_route = true;
   p.local = local;
   p.route_every = route_every;
-  p.prefill_route = prefill_route;
+  p.prefill_route = test::route_of(prefill_route);
   p.budget_tokens = budget_tokens;
   EXPECT_TRUE(apply_policy_defaults(&p, given).is_ok());
   EXPECT_TRUE(p.validate().is_ok()) << p.validate().message();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "common/kv_shape.h"
 #include "kvcache/factory.h"
 #include "kvcache/head_cache.h"
@@ -34,10 +35,10 @@ std::vector<Variant> variants() {
     KvCacheParams p;
     p.policy = "qevict";
     p.budget_fraction = 0.2;
-    p.prefill_route = route;
+    p.prefill_route = test::route_of(route);
     p.prefill_window = route == "end" ? 16 : 0;
     p.pool = pool;
-    p.pool_side = side;
+    p.pool_side = test::side_of(side);
     p.q = q_share;
     return p;
   };
@@ -54,7 +55,7 @@ std::vector<Variant> variants() {
   h2o.budget_fraction = 0.2;
   out.push_back({"h2o", h2o});
   KvCacheParams h2o_end = h2o;
-  h2o_end.prefill_route = "end";
+  h2o_end.prefill_route = PrefillRoute::kEnd;
   out.push_back({"h2o end", h2o_end});
   return out;
 }

@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "common/kv_shape.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
+#include "kvcache/options.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/qevict_policy.h"
 
@@ -95,7 +97,7 @@ KvCacheParams qevict_params(const std::string& route, int window = 0) {
   KvCacheParams p;
   p.policy = "qevict";
   p.budget_fraction = 0.2;
-  p.prefill_route = route;
+  p.prefill_route = test::route_of(route);
   p.prefill_window = window;
   return p;
 }
@@ -212,7 +214,7 @@ TEST(PrefillRouteChunk, EndPromptHookChangesNothing) {
     KvParamsGiven given;
     given.prefill_route = true;
     ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
-    ASSERT_EQ(p.prefill_route, "chunk") << policy;
+    ASSERT_STREQ(to_string(p.prefill_route), "chunk") << policy;
     NeedleDriver da, db;
     auto a = make(da.s, 420, p), b = make(db.s, 420, p);
     for (int chunk = 0; chunk < 3; ++chunk) {
@@ -233,12 +235,13 @@ TEST(PrefillRouteChunk, EndPromptHookChangesNothing) {
 TEST(PrefillRoute, ParamsAreValidated) {
   KvCacheParams p = qevict_params("chunk");
   EXPECT_TRUE(p.validate().is_ok());
-  p.prefill_route = "late";
-  EXPECT_FALSE(p.validate().is_ok());
-  p.prefill_route = "chunk";
+  KvParamsGiven given;  // a route is typed where it is parsed: a wrong name never reaches p
+  EXPECT_FALSE(set_kv_option(&p, &given, "prefill_route", "late").is_ok());
+  EXPECT_TRUE(p.validate().is_ok());
+  p.prefill_route = PrefillRoute::kChunk;
   p.prefill_window = 32;  // the window scores the one routing of `end`
   EXPECT_FALSE(p.validate().is_ok());
-  p.prefill_route = "end";
+  p.prefill_route = PrefillRoute::kEnd;
   EXPECT_TRUE(p.validate().is_ok());
   p.prefill_window = -1;
   EXPECT_FALSE(p.validate().is_ok());
@@ -255,7 +258,7 @@ TEST(PrefillRoute, ParamsAreValidated) {
 TEST(PrefillRoute, QevictEndDefaultsToAnObservationWindowOf32) {
   KvCacheParams p = qevict_params("chunk");  // the struct's own default route
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-  EXPECT_EQ(p.prefill_route, "end");  // qevict's default, chosen from the suite
+  EXPECT_STREQ(to_string(p.prefill_route), "end");  // qevict's default, chosen from the suite
   EXPECT_EQ(p.prefill_window, 32);
   EXPECT_EQ(p.pool, 2);  // with the window scorer, windows rank with their neighbours
   EXPECT_TRUE(p.validate().is_ok());
@@ -277,14 +280,14 @@ TEST(PrefillRoute, QevictEndDefaultsToAnObservationWindowOf32) {
   given.pool = false;
   p = qevict_params("chunk");  // chunk when asked for: Eq. 1, no window, no pooling
   ASSERT_TRUE(apply_policy_defaults(&p, given).is_ok());
-  EXPECT_EQ(p.prefill_route, "chunk");
+  EXPECT_STREQ(to_string(p.prefill_route), "chunk");
   EXPECT_EQ(p.prefill_window, 0);
   EXPECT_EQ(p.pool, 0);
   EXPECT_TRUE(p.validate().is_ok());
   p = qevict_params("chunk");
   p.policy = "streaming";  // the baselines keep their own routes
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-  EXPECT_EQ(p.prefill_route, "chunk");
+  EXPECT_STREQ(to_string(p.prefill_route), "chunk");
   p = qevict_params("end");
   p.policy = "streaming";
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
@@ -306,7 +309,7 @@ TEST(PrefillRoute, DescriptionNamesTheScorer) {
                       0),
             0u)
       << def;
-  p.pool_side = "after";
+  p.pool_side = PoolSide::kAfter;
   EXPECT_NE(describe(p).find("max-pooled with 2 windows before)"), std::string::npos);
   KvParamsGiven given;
   given.prefill_route = given.prefill_window = true;
@@ -315,7 +318,7 @@ TEST(PrefillRoute, DescriptionNamesTheScorer) {
   auto eq1 = make(shape(), 400, p);
   ASSERT_TRUE(eq1);
   EXPECT_EQ(eq1->describe().rfind("qevict (budget ", 0), 0u) << eq1->describe();
-  p.score = "age";
+  p.score = ScoreMode::kAge;
   auto age = make(shape(), 400, p);
   ASSERT_TRUE(age);
   EXPECT_EQ(age->describe().rfind("qevict (age-normalised scores) (budget ", 0), 0u)

@@ -30,10 +30,11 @@
 #include <vector>
 
 #include "common/bytes_bound.h"
+#include "common/kv_names.h"
 #include "common/random_wo.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
-#include "kvcache/kvquant_cache.h"
+#include "kvcache/quantizers/kvquant_cache.h"
 #include "kvcache/registry.h"
 
 namespace qevict {
@@ -97,7 +98,7 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
     p.route_every = std::array<int, 4>{1, 3, 10, 100}[rng() % 4];
     given.bits = given.q = given.route_every = true;
     if (rng() % 2) {
-      p.prefill_route = rng() % 2 ? "chunk" : "end";
+      p.prefill_route = test::route_of(rng() % 2 ? "chunk" : "end");
       given.prefill_route = true;
     }
   } else if (row.name == "kvquant") {  // no budget: bits, outlier share, f16 first tokens
@@ -117,14 +118,14 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
       fill_normal(rng, 1.0f, &cv);
       cal->push_back(kvquant_calibrate(kc, ck.data(), cv.data(), n_cal, s.kv_width()));
     }
-    p.kvquant_calib = cal;
+    p.quant.kvquant_calib = cal;
   } else if (row.kind == CacheKind::kQuantized) {  // a quantizer (KIVI): no budget, its groups
     p.value_group = std::array<int, 3>{8, 16, 32}[rng() % 3];
     p.local = p.value_group * (1 + int(rng() % 2));
     p.bits = rng() % 2 ? 2 : 4;
     given.local = given.bits = true;
     if (rng() % 2) {
-      p.prefill_route = rng() % 2 ? "chunk" : "end";
+      p.prefill_route = test::route_of(rng() % 2 ? "chunk" : "end");
       given.prefill_route = true;
     }
   } else if (row.kind != CacheKind::kFull) {
@@ -134,7 +135,7 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
     p.route_every = std::array<int, 4>{1, 2, 4, 8}[rng() % 4];
     given.route_every = true;
     if (rng() % 2) {
-      p.prefill_route = rng() % 2 ? "chunk" : "end";
+      p.prefill_route = test::route_of(rng() % 2 ? "chunk" : "end");
       given.prefill_route = true;
     }
     if (row.kind == CacheKind::kWindowed) {
@@ -143,8 +144,9 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
       p.q = std::array<double, 3>{0.0, 0.3, 0.7}[rng() % 3];
       p.bits = rng() % 2 ? 2 : 4;
       given.window = given.local = given.q = given.bits = true;
-      if (row.uses_score && rng() % 2) p.score = "age";
-      if (p.prefill_route == "end" && rng() % 3 == 0) p.prefill_window = 1 + int(rng() % 8);
+      if (row.uses_score && rng() % 2) p.score = ScoreMode::kAge;
+      if (p.prefill_route == PrefillRoute::kEnd && rng() % 3 == 0)
+        p.prefill_window = 1 + int(rng() % 8);
       given.prefill_window = true;  // 0 too: Eq. 1 stays in the mix (qevict's default is 32)
     } else {
       p.local = 1 + int(rng() % 8);
@@ -279,7 +281,7 @@ class SequenceCheck {
     ASSERT_TRUE(st.is_ok()) << st.message() << " " << where();
     n_past_ += n;
     query_tokens_ += n;
-    if (n > 1 && cfg_.p.prefill_route == "end") pending_ = true;
+    if (n > 1 && cfg_.p.prefill_route == PrefillRoute::kEnd) pending_ = true;
     after_call(n);
   }
 
@@ -356,11 +358,12 @@ class SequenceCheck {
       since_ = 0;
     } else if (n == 1) {
       ++since_;
-    } else if (n > 1 && cfg_.p.prefill_route == "chunk" && b_.budgeted()) {
+    } else if (n > 1 && cfg_.p.prefill_route == PrefillRoute::kChunk && b_.budgeted()) {
       ADD_FAILURE() << "a prefill chunk under --prefill-route chunk did not route, " << where();
     }
     const KvLayerReport tot = rep.total();
-    if ((tot.windows_quant > 0 || tot.quantizations > 0) && !kvq_) lossy_ = true;
+    if ((tot.windows_quant > 0 || tot.quantizations > 0 || tot.quantized_units > 0) && !kvq_)
+      lossy_ = true;
 
     // Tier map: one entry per position; evicted positions stay evicted.
     const size_t units = size_t(s_.n_layers) * (per_head() ? s_.n_kv_heads : 1);

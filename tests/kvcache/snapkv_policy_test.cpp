@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "common/kv_names.h"
 #include "kvcache/obs_family.h"
 
 namespace qevict {
@@ -88,7 +89,7 @@ TEST(SnapKVPolicy, RegistryDefaultsAreTheAuthors) {
   EXPECT_EQ(p.local, 32);            // the observation window's tokens stay
   EXPECT_EQ(p.sink, 0);
   EXPECT_EQ(p.route_every, 32);
-  EXPECT_EQ(p.prefill_route, "end");
+  EXPECT_STREQ(to_string(p.prefill_route), "end");
   EXPECT_TRUE(p.validate().is_ok());
   const KvShape s = obs_family::small_shape();
   auto b = compute_budget(CacheKind::kPerHead, s, 10000, p);

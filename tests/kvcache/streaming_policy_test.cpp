@@ -428,7 +428,7 @@ TEST(PolicyDefaults, H2oSetsTokenLevelDefaultsAndRejectsTierOptions) {
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
   EXPECT_EQ(p.sink, 0);
   EXPECT_EQ(p.route_every, 1);
-  EXPECT_EQ(p.local, -1);
+  EXPECT_TRUE(p.local_half_budget);
   EXPECT_EQ(p.window, 1);
   EXPECT_EQ(p.q, 0.0);
 
@@ -519,7 +519,7 @@ TEST(PolicyDefaults, H2oWithHalfBudgetLocalSplitsTheHeadCapacity) {
     g.sink = sink != 0;
     p.sink = sink;
     ASSERT_TRUE(apply_policy_defaults(&p, g).is_ok());
-    ASSERT_EQ(p.local, -1);
+    ASSERT_TRUE(p.local_half_budget);
     // floor(B / n_kv_heads / M) = 42 tokens per head (with spare bytes below one token), of
     // which Ω = 1 is the token decode adds before routing: capacity C = 41.
     const int64_t C = 41;
@@ -564,6 +564,7 @@ TEST(PolicyDefaults, FactoryErrors) {
   p.budget_bytes = int64_t(m * shape.n_kv_heads * 11);
   p.sink = 4;
   p.local = 6;
+  p.local_half_budget = false;
   made = make_kv_cache(shape, 100, p);
   ASSERT_FALSE(made.has_value());
   EXPECT_NE(made.error().find("heavy"), std::string::npos) << made.error();

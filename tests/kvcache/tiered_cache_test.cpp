@@ -21,6 +21,7 @@
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
+#include "kvcache/options.h"
 #include "kvcache/params.h"
 #include "kvcache/policies/qevict_policy.h"
 
@@ -70,7 +71,7 @@ TEST(TieredKvCache, BytesStayWithinBudgetAfterEveryRoutingEvent) {
       p.strict_ledger = strict;
       // ≤ budget after every prefill chunk is --prefill-route chunk's invariant (SPEC §3);
       // end holds the whole prompt until it routes once (prefill_route_test.cpp).
-      p.prefill_route = "chunk";
+      p.prefill_route = PrefillRoute::kChunk;
       const int64_t n_ctx = 1200;
       auto c = make(d.shape, n_ctx, p);
       ASSERT_NE(c, nullptr);
@@ -117,7 +118,7 @@ TEST(TieredKvCache, OtherWindowSizesKeepTheBudget) {
       p.budget_fraction = 0.3;
       p.window = window;
       p.q = q;
-      p.prefill_route = "chunk";  // the bound after each prefill chunk is chunk's
+      p.prefill_route = PrefillRoute::kChunk;  // the bound after each prefill chunk is chunk's
       auto c = make(d.shape, 500, p);
       ASSERT_NE(c, nullptr);
       int64_t pos = 0;
@@ -329,9 +330,9 @@ TEST(TieredKvCache, AgeNormalisedRankScore) {
   KvCacheParams p;
   p.policy = "qevict";
   p.budget_fraction = 0.2;
-  p.score = "mean";
-  EXPECT_FALSE(p.validate().is_ok());
-  p.score = "age";
+  KvParamsGiven given;  // a score is typed where it is parsed: a wrong name never reaches p
+  EXPECT_FALSE(set_kv_option(&p, &given, "score", "mean").is_ok());
+  p.score = ScoreMode::kAge;
   EXPECT_TRUE(p.validate().is_ok());
   p.policy = "streaming";  // ranks by recency: a score option would be silently ignored
   EXPECT_FALSE(p.validate().is_ok());
@@ -446,7 +447,7 @@ TEST(TieredKvCache, ValueBitsSetTheLowBitValuesAlone) {
   KvCacheParams p;
   p.policy = "qevict";
   p.budget_fraction = 0.2;
-  p.prefill_route = "chunk";
+  p.prefill_route = PrefillRoute::kChunk;
   auto window_quant = [&](int bits, int vbits) {
     KvCacheParams pp = p;
     pp.bits = bits;

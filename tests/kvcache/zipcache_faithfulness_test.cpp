@@ -19,8 +19,8 @@
 #include "core/f16.h"
 #include "core/thread_pool.h"
 #include "kvcache/factory.h"
+#include "kvcache/quantizers/zipcache_cache.h"
 #include "kvcache/registry.h"
-#include "kvcache/zipcache_cache.h"
 
 namespace qevict {
 namespace {
@@ -52,7 +52,7 @@ TEST(ZipCacheFaithfulness, SetsAndCodesMatchTheNumpyTranscriptionOnEngineInputs)
     KvCacheParams p;
     p.policy = "zipcache";
     ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-    p.prefill_route = "end";
+    p.prefill_route = PrefillRoute::kEnd;
     auto made = make_kv_cache(s, T, p);
     ASSERT_TRUE(made.has_value()) << made.error();
     auto* c = dynamic_cast<ZipKvCache*>(made->get());

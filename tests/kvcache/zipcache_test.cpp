@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_names.h"
 #include "common/kv_shape.h"
 #include "core/f16.h"
 #include "core/thread_pool.h"
 #include "kvcache/factory.h"
+#include "kvcache/quantizers/zipcache_cache.h"
 #include "kvcache/registry.h"
-#include "kvcache/zipcache_cache.h"
 
 namespace qevict {
 namespace {
@@ -330,11 +331,11 @@ TEST(ZipCacheCache, RegistryAndFactoryErrors) {
   p = KvCacheParams{};
   p.policy = "zipcache";
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
-  EXPECT_EQ(p.route_every, 100);
-  EXPECT_DOUBLE_EQ(p.q, 0.4);
-  EXPECT_EQ(p.prefill_route, "end");
+  EXPECT_EQ(p.quant.gap, 100);  // ZipCache's own settings, named (QuantizerOptions)
+  EXPECT_DOUBLE_EQ(p.quant.low_share, 0.4);
+  EXPECT_STREQ(to_string(p.prefill_route), "end");
   KvCacheParams chunk = p;
-  chunk.prefill_route = "chunk";
+  chunk.prefill_route = PrefillRoute::kChunk;
   auto per_chunk = make_kv_cache(s, 128, chunk);
   ASSERT_TRUE(per_chunk.has_value()) << per_chunk.error();
   EXPECT_FALSE((*per_chunk)->prefill_keeps_everything());

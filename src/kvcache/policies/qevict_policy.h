@@ -28,8 +28,6 @@
 
 namespace qevict {
 
-enum class ScoreMode { kSum, kAge };
-
 class QEvictPolicy final : public RoutingPolicy {
  public:
   explicit QEvictPolicy(ScoreMode mode = ScoreMode::kSum, int pool = 0, bool after_only = false)

@@ -1,4 +1,4 @@
-// The ZipCache cache (kvcache/policies/zipcache_policy.h has the rule): per layer, the
+// The ZipCache cache (kvcache/quantizers/zipcache_policy.h has the rule): per layer, the
 // quantized tokens as two sets (important at 4 bits, unimportant at 2) of keys and values with
 // their f16 parameters and per-head token lists, plus an f16 buffer of the tokens added since
 // the last quantization. Storage follows the tokens, so bytes held are the real bytes of
@@ -22,7 +22,8 @@
 #include "kvcache/dense_scratch.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/params.h"
-#include "kvcache/policies/zipcache_policy.h"
+#include "kvcache/quantizers/zipcache_policy.h"
+#include "kvcache/routing_schedule.h"
 
 namespace qevict {
 
@@ -33,6 +34,11 @@ struct ZipLayerExport {
   std::vector<std::vector<int32_t>> important, unimportant;  // [n_kv_heads][...]
   std::vector<float> k, v;
 };
+
+// The zipcache registry row's cache: ZipCacheConfig from params.quant (low bits, low-bit
+// share, requantization gap).
+Expected<std::unique_ptr<SequenceKvCache>> make_zipcache_cache(const KvShape& shape, int64_t n_ctx,
+                                                               const KvCacheParams& p);
 
 class ZipKvCache final : public SequenceKvCache {
  public:
@@ -45,11 +51,11 @@ class ZipKvCache final : public SequenceKvCache {
               ThreadPool& pool) override;
   Status commit() override;
   Status end_prompt() override;
-  bool prefill_keeps_everything() const override { return !route_chunk_; }
+  bool prefill_keeps_everything() const override { return sched_.defers_prompt(); }
   // A prompt held to its end is only buffered and probed until end_prompt(): a shared
   // prefill hands it over without attention (append_prompt: the same state as attend()).
   PromptReplay prompt_replay() const override {
-    return route_chunk_ ? PromptReplay::kAttend : PromptReplay::kStore;
+    return sched_.defers_prompt() ? PromptReplay::kStore : PromptReplay::kAttend;
   }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
                      const PromptExtras& x) override;
@@ -107,8 +113,8 @@ class ZipKvCache final : public SequenceKvCache {
   int64_t n_ctx_;
   ZipCacheConfig c_;
   HalfType dtype_ = HalfType::kF16;
-  bool route_chunk_;  // --prefill-route chunk: the rule after every prompt chunk
-  bool prompt_pending_ = false;
+  // --prefill-route chunk: the rule after every prompt chunk; end: once, at the prompt's end.
+  RoutingSchedule sched_;
   int64_t n_past_ = 0, n_new_ = 0;
   std::vector<Layer> layers_;
   DenseLayerScratch scr_;             // one layer dequantized, for attention and requantizing

@@ -1,4 +1,4 @@
-// The KVQuant cache (kvcache/policies/kvquant_policy.h has the rule): every token kept, each
+// The KVQuant cache (kvcache/quantizers/kvquant_policy.h has the rule): every token kept, each
 // quantized as it arrives with the model's calibration (KvCacheParams::kvquant_calib, one entry
 // per layer; engine/kvquant_calibration.h makes it). Per layer: the first `first_fp16` tokens in
 // f16 (post-RoPE, as FullKV keeps them), then per token the packed codes of the pre-RoPE key (the
@@ -24,9 +24,14 @@
 #include "kvcache/dense_scratch.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/params.h"
-#include "kvcache/policies/kvquant_policy.h"
+#include "kvcache/quantizers/kvquant_policy.h"
 
 namespace qevict {
+
+// The kvquant registry row's cache: KvQuantConfig from params.quant (bits, outlier share,
+// f16 first tokens) and the calibration it carries, checked against the shape.
+Expected<std::unique_ptr<SequenceKvCache>> make_kvquant_cache(const KvShape& shape, int64_t n_ctx,
+                                                              const KvCacheParams& p);
 
 class KvQuantCache final : public SequenceKvCache {
  public:

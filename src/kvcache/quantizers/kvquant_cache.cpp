@@ -1,5 +1,5 @@
 // The KVQuant cache (see kvquant_cache.h): quantize on arrival, decode a layer for attention.
-#include "kvcache/kvquant_cache.h"
+#include "kvcache/quantizers/kvquant_cache.h"
 
 #include <fmt/format.h>
 
@@ -286,7 +286,7 @@ void KvQuantCache::report(KvReport* out, ReportDetail detail) const {
     KvLayerReport r;
     r.windows_quant = int64_t(L.k_cnt.size());    // tokens quantized
     r.windows_local = n_past_ - r.windows_quant;  // tokens in f16
-    r.quantizations = layer_outliers(l);          // outliers kept exactly
+    r.outliers = layer_outliers(l);               // outliers kept exactly
     r.bytes_full = (L.k_first.size() + L.v_first.size()) * sizeof(uint16_t);
     r.bytes_quant = layer_bytes(l) - r.bytes_full;
     r.bytes_budgeted = r.bytes_quant + r.bytes_full;
@@ -314,6 +314,33 @@ void KvQuantCache::export_layer(int l, std::vector<float>* k, std::vector<float>
         (*k)[size_t(t) * kvw + size_t(h) * d + c] = f16_to_f32(scr_.k_row(h, t)[c]);
         (*v)[size_t(t) * kvw + size_t(h) * d + c] = f16_to_f32(scr_.v_row(h, t)[c]);
       }
+}
+
+Expected<std::unique_ptr<SequenceKvCache>> make_kvquant_cache(const KvShape& shape, int64_t n_ctx,
+                                                              const KvCacheParams& p) {
+  KvQuantConfig c;
+  c.bits = p.quant.bits;
+  c.sparsity = 1.0 - p.quant.outlier_share;
+  c.first_fp16 = p.quant.f16_first;
+  QEVICT_RETURN_IF_ERROR(c.validate());
+  if (p.dtype != HalfType::kF16)
+    return Status::error("kvquant keeps its parameters and first tokens in f16");
+  const auto& cal = p.quant.kvquant_calib;
+  if (!cal)
+    return Status::error(
+        "kvquant needs the model's calibration (made from a calibration text by "
+        "engine/kvquant_calibration.h; the CLI does it when --kv-policy kvquant is given)");
+  if (int(cal->size()) != shape.n_layers)
+    return Status::error(fmt::format("kvquant: the calibration has {} layers, the model {}",
+                                     cal->size(), shape.n_layers));
+  for (const KvQuantLayerCalib& l : *cal)
+    if (int(l.k_upper.size()) != shape.kv_width() || int(l.k_lower.size()) != shape.kv_width() ||
+        l.k_offset.size() != l.k_upper.size() || l.k_range.size() != l.k_upper.size() ||
+        l.k_lut.size() != (size_t(1) << c.bits) || l.v_lut.size() != (size_t(1) << c.bits))
+      return Status::error(
+          fmt::format("kvquant: the calibration does not fit this model or --kv-bits {}", c.bits));
+  // --kv-trace DIR: the prompt's quantization is dumped there (KvQuantCache::dump_prompt).
+  return std::unique_ptr<SequenceKvCache>(new KvQuantCache(shape, n_ctx, c, cal, p.trace_path));
 }
 
 }  // namespace qevict

@@ -1,5 +1,5 @@
 // KIVI's rule (see kivi_policy.h).
-#include "kvcache/policies/kivi_policy.h"
+#include "kvcache/quantizers/kivi_policy.h"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // The KIVI cache (see kivi_cache.h): storage, the rule applied after each call's attention,
 // and attention over a dequantized scratch (reference path).
-#include "kvcache/kivi_cache.h"
+#include "kvcache/quantizers/kivi_cache.h"
 
 #include <fmt/format.h>
 
@@ -27,7 +27,7 @@ KiviKvCache::KiviKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParam
     : shape_(shape),
       n_ctx_(n_ctx),
       c_(c),
-      defer_prefill_(p.prefill_route == "end"),
+      sched_(p.prefill_route, 1),
       layers_(size_t(shape.n_layers)),
       dump_dir_(p.trace_path) {}
 
@@ -39,7 +39,7 @@ void KiviKvCache::grow(std::vector<T>& v, size_t size, size_t per_token) {
 Status KiviKvCache::begin(int64_t n_new) {
   QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
   // A decode step with the prompt still in f16 (no end_prompt()): the prompt's rule first.
-  if (n_new == 1 && prompt_pending_) QEVICT_RETURN_IF_ERROR(end_prompt());
+  if (n_new == 1 && sched_.prompt_pending()) QEVICT_RETURN_IF_ERROR(end_prompt());
   n_new_ = n_new;
   return Status::ok();
 }
@@ -166,8 +166,8 @@ void KiviKvCache::store_new(int layer, const float* k, const float* v, ThreadPoo
 void KiviKvCache::apply_rule_after_call(int layer) {
   // The rule after attention, as the reference quantizes (llama_kivi.py:L131, L174); a
   // deferred prompt (--prefill-route end) waits for end_prompt().
-  if (defer_prefill_ && n_new_ > 1) {
-    prompt_pending_ = true;
+  if (sched_.defers_prompt() && n_new_ > 1) {
+    sched_.hold_prompt();
     return;
   }
   apply_rule(layers_[size_t(layer)], n_past_ + n_new_);
@@ -182,7 +182,7 @@ Status KiviKvCache::commit() {
 }
 
 Status KiviKvCache::end_prompt() {
-  if (!prompt_pending_) return Status::ok();
+  if (!sched_.prompt_pending()) return Status::ok();
   std::vector<KiviLayerExport> inputs;  // the prompt in f16, before the rule (for the dump)
   if (!dump_dir_.empty())
     for (int l = 0; l < shape_.n_layers; ++l) inputs.push_back(export_layer(l));
@@ -191,7 +191,7 @@ Status KiviKvCache::end_prompt() {
     L.k_res.shrink_to_fit();  // the prompt's f16 copy is gone; keep what decode needs
     L.v_res.shrink_to_fit();
   }
-  prompt_pending_ = false;
+  sched_.prompt_routed();
   if (dump_dir_.empty()) return Status::ok();
   for (int l = 0; l < shape_.n_layers; ++l) {
     const KiviLayerExport& in = inputs[size_t(l)];
@@ -231,7 +231,7 @@ Status KiviKvCache::end_prompt() {
 void KiviKvCache::clear() {
   for (Layer& L : layers_) L = Layer();
   n_past_ = n_new_ = 0;
-  prompt_pending_ = false;
+  sched_.prompt_routed();
 }
 
 size_t KiviKvCache::layer_bytes(int l) const {
@@ -251,16 +251,17 @@ std::string KiviKvCache::describe() const {
   return fmt::format(
       "kivi-{} (keys per channel over {} tokens, values per token over {} channels, f16 scale "
       "and min; f16 residual of {} tokens; prompt quantized {})",
-      c_.bits, c_.group, c_.group, c_.residual, defer_prefill_ ? "at its end" : "per chunk");
+      c_.bits, c_.group, c_.group, c_.residual,
+      sched_.defers_prompt() ? "at its end" : "per chunk");
 }
 
 void KiviKvCache::report(KvReport* out, ReportDetail detail) const {
   *out = quantizer_report("kivi", describe(), shape_, bytes_held(), peak_);
   for (const Layer& L : layers_) {
     KvLayerReport r;
-    r.windows_quant = L.kq;             // tokens whose keys are quantized
-    r.windows_local = n_past_ - L.kq;   // tokens whose keys are in the f16 residual
-    r.quantizations = L.kq / c_.group;  // key groups (per head)
+    r.windows_quant = L.kq;               // tokens whose keys are quantized
+    r.windows_local = n_past_ - L.kq;     // tokens whose keys are in the f16 residual
+    r.quantized_units = L.kq / c_.group;  // key groups (per head)
     r.bytes_quant = L.k_groups.size() + L.v_tokens.size();
     r.bytes_full = (L.k_res.size() + L.v_res.size()) * 2;
     r.bytes_budgeted = r.bytes_quant + r.bytes_full;
@@ -306,6 +307,19 @@ KiviLayerExport KiviKvCache::export_layer(int l) const {
   e.k_res = L.k_res;
   e.v_res = L.v_res;
   return e;
+}
+
+Expected<std::unique_ptr<SequenceKvCache>> make_kivi_cache(const KvShape& shape, int64_t n_ctx,
+                                                           const KvCacheParams& p) {
+  const KiviConfig c{p.quant.bits, p.quant.group, p.quant.residual};
+  QEVICT_RETURN_IF_ERROR(c.validate(shape.head_dim));
+  if (p.dtype != HalfType::kF16)
+    return Status::error("kivi keeps its residual and parameters in f16, as the reference");
+  if (!p.trace_path.empty() && !p.defers_prompt())
+    return Status::error(
+        "--kv-trace DIR with kivi dumps the prompt's quantization at its end: it needs "
+        "--prefill-route end");
+  return std::unique_ptr<SequenceKvCache>(new KiviKvCache(shape, n_ctx, p, c));
 }
 
 }  // namespace qevict

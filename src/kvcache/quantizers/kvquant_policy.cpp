@@ -1,6 +1,6 @@
 // KVQuant's rule (see kvquant_policy.h). Reference path: plain loops, f32 arithmetic (the
 // quantiles rounded as numpy and torch round them).
-#include "kvcache/policies/kvquant_policy.h"
+#include "kvcache/quantizers/kvquant_policy.h"
 
 #include <fmt/format.h>
 

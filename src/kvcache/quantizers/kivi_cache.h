@@ -1,4 +1,4 @@
-// The KIVI cache (kvcache/policies/kivi_policy.h has the rule): per layer, packed low-bit key
+// The KIVI cache (kvcache/quantizers/kivi_policy.h has the rule): per layer, packed low-bit key
 // groups (per channel over G tokens) and value tokens (per token over G channels) with f16
 // scales and minimums, plus the f16 residuals of the recent keys and values. Storage grows as
 // tokens arrive, so bytes held are the real bytes of codes, parameters and residuals
@@ -13,7 +13,8 @@
 #include "kvcache/dense_scratch.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/params.h"
-#include "kvcache/policies/kivi_policy.h"
+#include "kvcache/quantizers/kivi_policy.h"
+#include "kvcache/routing_schedule.h"
 
 namespace qevict {
 
@@ -33,6 +34,11 @@ struct KiviLayerExport {
   std::vector<uint16_t> k_res, v_res;
 };
 
+// The kivi registry row's cache: KiviConfig from params.quant (bits, group, residual),
+// validated against the shape.
+Expected<std::unique_ptr<SequenceKvCache>> make_kivi_cache(const KvShape& shape, int64_t n_ctx,
+                                                           const KvCacheParams& p);
+
 class KiviKvCache final : public SequenceKvCache {
  public:
   // `p`: policy "kivi" after its registry defaults (bits, group = value_group, residual =
@@ -46,11 +52,11 @@ class KiviKvCache final : public SequenceKvCache {
               ThreadPool& pool) override;
   Status commit() override;
   Status end_prompt() override;
-  bool prefill_keeps_everything() const override { return defer_prefill_; }
+  bool prefill_keeps_everything() const override { return sched_.defers_prompt(); }
   // A deferred prompt (--prefill-route end) is only stored until end_prompt(): a shared
   // prefill hands it over without attention (append_prompt: the same state as attend()).
   PromptReplay prompt_replay() const override {
-    return defer_prefill_ ? PromptReplay::kStore : PromptReplay::kAttend;
+    return sched_.defers_prompt() ? PromptReplay::kStore : PromptReplay::kAttend;
   }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
                      const PromptExtras& x) override;
@@ -100,8 +106,8 @@ class KiviKvCache final : public SequenceKvCache {
   int64_t n_ctx_;
   KiviConfig c_;
   HalfType dtype_ = HalfType::kF16;  // residuals and scratch are f16 (the reference's dtype)
-  bool defer_prefill_;               // --prefill-route end: quantize the prompt at its end
-  bool prompt_pending_ = false;      // prefill calls stored tokens not yet quantized
+  // --prefill-route end: the prompt is stored, not quantized, until its end (pending).
+  RoutingSchedule sched_;
   int64_t n_past_ = 0, n_new_ = 0;
   std::vector<Layer> layers_;
   DenseLayerScratch scr_;       // one layer dequantized, for attention

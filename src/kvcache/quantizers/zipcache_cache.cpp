@@ -1,6 +1,6 @@
 // The ZipCache cache (see zipcache_cache.h): storage, probes, the rule at the prompt's end and
 // every `gap` decode tokens, and attention over a dequantized scratch (reference path).
-#include "kvcache/zipcache_cache.h"
+#include "kvcache/quantizers/zipcache_cache.h"
 
 #include <fmt/format.h>
 
@@ -19,7 +19,7 @@ ZipKvCache::ZipKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams&
     : shape_(shape),
       n_ctx_(n_ctx),
       c_(c),
-      route_chunk_(p.prefill_route == "chunk"),
+      sched_(p.prefill_route, 1),
       layers_(size_t(shape.n_layers)),
       dump_dir_(p.trace_path) {
   for (Layer& L : layers_) {
@@ -31,7 +31,7 @@ ZipKvCache::ZipKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheParams&
 Status ZipKvCache::begin(int64_t n_new) {
   QEVICT_RETURN_IF_ERROR(check_begin(n_past_, n_new, n_ctx_));
   // A decode step with the prompt still pending (no end_prompt()): the prompt's rule first.
-  if (n_new == 1 && prompt_pending_) QEVICT_RETURN_IF_ERROR(end_prompt());
+  if (n_new == 1 && sched_.prompt_pending()) QEVICT_RETURN_IF_ERROR(end_prompt());
   n_new_ = n_new;
   return Status::ok();
 }
@@ -221,18 +221,18 @@ void ZipKvCache::after_call(int layer, const float* q) {
 Status ZipKvCache::commit() {
   if (n_new_ > 1) {
     scr_.trim();
-    prompt_pending_ = true;
+    sched_.hold_prompt();
   }
   n_past_ += n_new_;
   n_new_ = 0;
   peak_ = std::max(peak_, bytes_held());
   // --prefill-route chunk: every prompt chunk gets the prompt's rule at once (its own probes).
-  if (route_chunk_ && prompt_pending_) return end_prompt();
+  if (!sched_.defers_prompt() && sched_.prompt_pending()) return end_prompt();
   return Status::ok();
 }
 
 Status ZipKvCache::end_prompt() {
-  if (!prompt_pending_) return Status::ok();
+  if (!sched_.prompt_pending()) return Status::ok();
   const int hkv = shape_.n_kv_heads, qw = shape_.q_width();
   const int64_t n = n_past_;
   std::vector<float> qrow(static_cast<size_t>(qw));
@@ -264,7 +264,7 @@ Status ZipKvCache::end_prompt() {
     L.k_buf.shrink_to_fit();  // the prompt's f16 copy is gone
     L.v_buf.shrink_to_fit();
   }
-  prompt_pending_ = false;
+  sched_.prompt_routed();
   if (!dump) return Status::ok();
   dumped_ = true;
   const Status st = dump_prompt(k_in, v_in);
@@ -342,7 +342,7 @@ void ZipKvCache::clear() {
     L.unimp.resize(size_t(shape_.n_kv_heads));
   }
   n_past_ = n_new_ = 0;
-  prompt_pending_ = false;
+  sched_.prompt_routed();
 }
 
 size_t ZipKvCache::layer_bytes(int l) const {
@@ -387,9 +387,9 @@ void ZipKvCache::report(KvReport* out, ReportDetail detail) const {
   for (int l = 0; l < shape_.n_layers; ++l) {
     const Layer& L = layers_[size_t(l)];
     KvLayerReport r;
-    r.windows_quant = L.nq;                        // tokens quantized
-    r.windows_local = n_past_ - L.nq;              // tokens in the f16 buffer
-    r.quantizations = int64_t(L.unimp[0].size());  // tokens at the low bit width (per head)
+    r.windows_quant = L.nq;                          // tokens quantized
+    r.windows_local = n_past_ - L.nq;                // tokens in the f16 buffer
+    r.quantized_units = int64_t(L.unimp[0].size());  // tokens at the low bit width (per head)
     r.bytes_full = (L.k_buf.size() + L.v_buf.size()) * 2;
     r.bytes_quant = layer_bytes(l) - r.bytes_full;
     r.bytes_budgeted = r.bytes_quant + r.bytes_full;
@@ -434,6 +434,22 @@ ZipLayerExport ZipKvCache::export_layer(int l) const {
       e.v[size_t(t) * kvw + c] = f16_to_f32(L.v_buf[size_t(t - L.nq) * kvw + c]);
     }
   return e;
+}
+
+Expected<std::unique_ptr<SequenceKvCache>> make_zipcache_cache(const KvShape& shape, int64_t n_ctx,
+                                                               const KvCacheParams& p) {
+  ZipCacheConfig c;
+  c.lo_bits = p.quant.bits;
+  c.unimportant_ratio = p.quant.low_share;
+  c.gap = p.quant.gap;
+  QEVICT_RETURN_IF_ERROR(c.validate());
+  if (p.dtype != HalfType::kF16)
+    return Status::error("zipcache keeps its buffer and parameters in f16, as the reference");
+  if (!p.trace_path.empty() && !p.defers_prompt())
+    return Status::error(
+        "--kv-trace DIR with zipcache dumps the prompt's rule at its end: it needs "
+        "--prefill-route end");
+  return std::unique_ptr<SequenceKvCache>(new ZipKvCache(shape, n_ctx, p, c));
 }
 
 }  // namespace qevict

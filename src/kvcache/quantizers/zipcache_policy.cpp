@@ -1,5 +1,5 @@
 // ZipCache's rule (see zipcache_policy.h).
-#include "kvcache/policies/zipcache_policy.h"
+#include "kvcache/quantizers/zipcache_policy.h"
 
 #include <fmt/format.h>
 
