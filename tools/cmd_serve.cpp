@@ -2,7 +2,8 @@
 // scheduler (engine/scheduler.h). The API itself (routes, streaming, stop strings, errors,
 // metrics) is the library src/server/server.h; this file holds the flags, loads the model,
 // runs the scheduler thread, binds the socket and handles signals. Every cache draws from one
-// pool of --kv-pool-bytes; a request's kv_<key> fields (kv_policy, kv_budget, kv_q, ...) override the --kv-* flags.
+// pool of --kv-pool-bytes; a request's kv_<key> fields (kv_policy, kv_budget, kv_q, ...) override
+// the --kv-* flags.
 #include <fmt/format.h>
 #include <httplib.h>
 

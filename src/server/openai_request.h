@@ -37,8 +37,8 @@ struct OpenAiRequest {
   std::vector<std::string> stop;         // up to 4 non-empty strings
   std::optional<std::string> kv_policy;  // extra field: the request's cache policy
   std::optional<double> kv_budget;       // extra field: (0, 1], a fraction of the full cache
-  // Every other kv_<key> field (kv_q, kv_prefill_route, ...), as text in the body's order,
-  // key without "kv_": parsed by the shared KV option parser (kvcache/options.h) when the
+  // Every other kv_<key> field (kv_q, kv_prefill_route, ...), as text, by key, the key without
+  // "kv_": parsed by the shared KV option parser (kvcache/options.h) when the
   // request's cache is made, as the CLI's --kv-* flags are.
   std::vector<std::pair<std::string, std::string>> kv_options;
 };

@@ -104,6 +104,8 @@ TEST(OpenAiRequest, EachBadBodyGivesOneErrorNamingTheField) {
       {R"({"prompt":"x","kv_policy":1})", kCompl, "kv_policy", "must be a string"},
       {R"({"prompt":"x","kv_budget":0})", kCompl, "kv_budget", "(0, 1]"},
       {R"({"prompt":"x","kv_budget":null})", kCompl, "kv_budget", "(0, 1]"},
+      {R"({"prompt":"x","kv_q":[0.5]})", kCompl, "kv_q", "a string, a number or a boolean"},
+      {R"({"prompt":"x","kv_trace":"/tmp/t"})", kCompl, "kv_trace", ""},
       {R"({"prompt":["x"]})", kCompl, "prompt", "must be a string"},
       {R"({})", kCompl, "prompt", "must be a string"},
       {R"({})", kChat, "messages", "non-empty array"},
@@ -121,6 +123,18 @@ TEST(OpenAiRequest, EachBadBodyGivesOneErrorNamingTheField) {
     EXPECT_EQ(e.param, c.param) << c.body;
     EXPECT_NE(e.message.find(c.says), std::string::npos) << c.body << " -> " << e.message;
   }
+}
+
+// Every kv_<key> field beyond kv_policy and kv_budget is kept as text (JSON objects have no
+// order: by key) for the shared KV option parser (kvcache/options.h) the CLI's flags go through.
+TEST(OpenAiRequest, KvOptionFieldsKeptAsText) {
+  const OpenAiRequest q = ok(R"({"prompt":"x","kv_policy":"qevict","kv_q":0.5,)"
+                             R"("kv_prefill_route":"chunk","kv_strict_ledger":true,"kv_sink":4})",
+                             OpenAiEndpoint::kCompletions);
+  EXPECT_EQ(q.kv_policy.value_or(""), "qevict");
+  const std::vector<std::pair<std::string, std::string>> want{
+      {"prefill_route", "chunk"}, {"q", "0.5"}, {"sink", "4"}, {"strict_ledger", "1"}};
+  EXPECT_EQ(q.kv_options, want);
 }
 
 }  // namespace
