@@ -40,6 +40,19 @@ Status parse_bool(const std::string& key, const std::string& v, bool* out) {
   return Status::error(fmt::format("{}: '{}' is not true or false", key, v));
 }
 
+// A row without its parser (set, get): the caller adds them.
+KvOptionInfo row(std::string key, std::string flag, std::string value, std::string help,
+                 bool per_cache = false, bool flag_only = false) {
+  KvOptionInfo o;
+  o.key = std::move(key);
+  o.flag = std::move(flag);
+  o.value = std::move(value);
+  o.help = std::move(help);
+  o.per_cache = per_cache;
+  o.flag_only = flag_only;
+  return o;
+}
+
 // A row for an int field, marking `mark` (may be null).
 KvOptionInfo int_row(std::string key, std::string flag, std::string help, int KvCacheParams::*f,
                      bool KvParamsGiven::*mark, bool per_cache = false, std::string alias = "") {
@@ -88,7 +101,7 @@ KvOptionInfo enum_row(std::string key, std::string flag, std::string help, E KvC
 std::vector<KvOptionInfo> make_rows() {
   std::vector<KvOptionInfo> r;
   {
-    KvOptionInfo o{"policy", "--kv-policy", "", "NAME", "", true, false, nullptr, nullptr};
+    KvOptionInfo o = row("policy", "--kv-policy", "NAME", "", true, false);
     o.set = [](KvCacheParams* p, KvParamsGiven*, const std::string& v) {
       if (!find_policy(v))
         return Status::error(
@@ -100,15 +113,10 @@ std::vector<KvOptionInfo> make_rows() {
     r.push_back(std::move(o));
   }
   {
-    KvOptionInfo o{"budget",
-                   "--kv-budget",
-                   "",
-                   "FRACTION",
-                   "KV budget per layer as a fraction of the full cache for the context's tokens",
-                   false,
-                   false,
-                   nullptr,
-                   nullptr};
+    KvOptionInfo o =
+        row("budget", "--kv-budget", "FRACTION",
+            "KV budget per layer as a fraction of the full cache for the context's tokens", false,
+            false);
     o.set = [](KvCacheParams* p, KvParamsGiven*, const std::string& v) {
       double x = 0.0;
       QEVICT_RETURN_IF_ERROR(parse_double("budget", v, &x));
@@ -121,15 +129,8 @@ std::vector<KvOptionInfo> make_rows() {
     r.push_back(std::move(o));
   }
   {
-    KvOptionInfo o{"budget_bytes",
-                   "--kv-budget-bytes",
-                   "",
-                   "BYTES",
-                   "KV budget per layer in bytes",
-                   false,
-                   false,
-                   nullptr,
-                   nullptr};
+    KvOptionInfo o = row("budget_bytes", "--kv-budget-bytes", "BYTES",
+                         "KV budget per layer in bytes", false, false);
     o.set = [](KvCacheParams* p, KvParamsGiven*, const std::string& v) {
       int64_t x = 0;
       QEVICT_RETURN_IF_ERROR(parse_int("budget_bytes", v, &x));
@@ -141,17 +142,12 @@ std::vector<KvOptionInfo> make_rows() {
     r.push_back(std::move(o));
   }
   {
-    KvOptionInfo o{"q",
-                   "--kv-q",
-                   "",
-                   "SHARE",
-                   "share of the history budget for the low-bit tier (0: two tiers F+E; "
-                   "streaming default 0; zipcache: the share of tokens at low bits, 0.4; kvquant: "
-                   "the outlier share, 0.01)",
-                   false,
-                   false,
-                   nullptr,
-                   nullptr};
+    KvOptionInfo o =
+        row("q", "--kv-q", "SHARE",
+            "share of the history budget for the low-bit tier (0: two tiers F+E; "
+            "streaming default 0; zipcache: the share of tokens at low bits, 0.4; kvquant: "
+            "the outlier share, 0.01)",
+            false, false);
     o.set = [](KvCacheParams* p, KvParamsGiven* g, const std::string& v) {
       QEVICT_RETURN_IF_ERROR(parse_double("q", v, &p->q));
       g->q = true;
@@ -216,15 +212,9 @@ std::vector<KvOptionInfo> make_rows() {
       &KvCacheParams::pool_side, {{"both", PoolSide::kBoth}, {"after", PoolSide::kAfter}},
       nullptr));
   {
-    KvOptionInfo o{"strict_ledger",
-                   "--kv-strict-ledger",
-                   "",
-                   "",
-                   "charge ledger copies held by promoted windows to the budget",
-                   false,
-                   true,
-                   nullptr,
-                   nullptr};
+    KvOptionInfo o =
+        row("strict_ledger", "--kv-strict-ledger", "",
+            "charge ledger copies held by promoted windows to the budget", false, true);
     o.set = [](KvCacheParams* p, KvParamsGiven*, const std::string& v) {
       return parse_bool("strict_ledger", v, &p->strict_ledger);
     };
@@ -247,17 +237,12 @@ std::vector<KvOptionInfo> make_rows() {
                       "for qevict (chosen from the eval suite, EVALUATION.md), else 0",
                       &KvCacheParams::prefill_window, &KvParamsGiven::prefill_window));
   {
-    KvOptionInfo o{"trace",
-                   "--kv-trace",
-                   "",
-                   "PATH",
-                   "write one JSON line per routing event and layer to this file (kivi: a "
-                   "directory, where the prompt's quantization is dumped as .npy; kvquant: the "
-                   "same, with the calibration's activations)",
-                   true,
-                   false,
-                   nullptr,
-                   nullptr};
+    KvOptionInfo o =
+        row("trace", "--kv-trace", "PATH",
+            "write one JSON line per routing event and layer to this file (kivi: a "
+            "directory, where the prompt's quantization is dumped as .npy; kvquant: the "
+            "same, with the calibration's activations)",
+            true, false);
     o.set = [](KvCacheParams* p, KvParamsGiven*, const std::string& v) {
       p->trace_path = v;
       return Status::ok();

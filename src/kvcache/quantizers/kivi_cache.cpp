@@ -10,6 +10,7 @@
 #include "core/f16.h"
 #include "core/npy.h"
 #include "kernels/kivi_group.h"
+#include "kvcache/quantizers/quantizer_params.h"
 
 namespace qevict {
 
@@ -313,12 +314,8 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kivi_cache(const KvShape& shape,
                                                            const KvCacheParams& p) {
   const KiviConfig c{p.quant.bits, p.quant.group, p.quant.residual};
   QEVICT_RETURN_IF_ERROR(c.validate(shape.head_dim));
-  if (p.dtype != HalfType::kF16)
-    return Status::error("kivi keeps its residual and parameters in f16, as the reference");
-  if (!p.trace_path.empty() && !p.defers_prompt())
-    return Status::error(
-        "--kv-trace DIR with kivi dumps the prompt's quantization at its end: it needs "
-        "--prefill-route end");
+  QEVICT_RETURN_IF_ERROR(
+      check_quantizer_params(p, "kivi", "residual and parameters", "the prompt's quantization"));
   return std::unique_ptr<SequenceKvCache>(new KiviKvCache(shape, n_ctx, p, c));
 }
 

@@ -11,6 +11,7 @@
 #include "core/f16.h"
 #include "core/npy.h"
 #include "kernels/ops.h"
+#include "kvcache/quantizers/quantizer_params.h"
 
 namespace qevict {
 
@@ -443,12 +444,8 @@ Expected<std::unique_ptr<SequenceKvCache>> make_zipcache_cache(const KvShape& sh
   c.unimportant_ratio = p.quant.low_share;
   c.gap = p.quant.gap;
   QEVICT_RETURN_IF_ERROR(c.validate());
-  if (p.dtype != HalfType::kF16)
-    return Status::error("zipcache keeps its buffer and parameters in f16, as the reference");
-  if (!p.trace_path.empty() && !p.defers_prompt())
-    return Status::error(
-        "--kv-trace DIR with zipcache dumps the prompt's rule at its end: it needs "
-        "--prefill-route end");
+  QEVICT_RETURN_IF_ERROR(
+      check_quantizer_params(p, "zipcache", "buffer and parameters", "the prompt's rule"));
   return std::unique_ptr<SequenceKvCache>(new ZipKvCache(shape, n_ctx, p, c));
 }
 
