@@ -98,7 +98,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, KvFlagScope scope) {
       continue;
     }
     const std::string def = row.get(o.preset);
-    if (!def.empty() && def != "0" && row.key != "trace") help += " [default: " + def + "]";
+    if (!def.empty() && def != "0" && row.key != "trace" && row.key != "policy")
+      help += " [default: " + def + "]";
     app.add_option_function<std::string>(
            row.flag, [&o, key](const std::string& v) { o.list.emplace_back(key, v); }, help)
         ->type_name(row.value);

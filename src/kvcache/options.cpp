@@ -98,8 +98,8 @@ KvOptionInfo enum_row(std::string key, std::string flag, std::string help, E KvC
   return o;
 }
 
-std::vector<KvOptionInfo> make_rows() {
-  std::vector<KvOptionInfo> r;
+// The policy, its budget and the geometry of its regions.
+void add_budget_rows(std::vector<KvOptionInfo>& r) {
   {
     KvOptionInfo o = row("policy", "--kv-policy", "NAME", "", true, false);
     o.set = [](KvCacheParams* p, KvParamsGiven*, const std::string& v) {
@@ -170,6 +170,10 @@ std::vector<KvOptionInfo> make_rows() {
                       "newest tokens kept in full precision (h2o default: half the budget; kivi: "
                       "the f16 residual R, default 128)",
                       &KvCacheParams::local, &KvParamsGiven::local));
+}
+
+// The low-bit tier, ranking and routing, and the trace.
+void add_tier_rows(std::vector<KvOptionInfo>& r) {
   {
     KvOptionInfo o = int_row("bits", "--kv-bits",
                              "low-bit tier: 2 or 4 bits, or auto. Unset: qevict keys 4 and values "
@@ -250,6 +254,12 @@ std::vector<KvOptionInfo> make_rows() {
     o.get = [](const KvCacheParams& p) { return p.trace_path; };
     r.push_back(std::move(o));
   }
+}
+
+std::vector<KvOptionInfo> make_rows() {
+  std::vector<KvOptionInfo> r;
+  add_budget_rows(r);
+  add_tier_rows(r);
   return r;
 }
 
@@ -291,7 +301,7 @@ Expected<KvCacheParams> make_kv_params(const KvOptionList& opts) {
 }
 
 std::string kv_policy_help() {
-  std::string help = "KV cache policy:";
+  std::string help = "KV cache policy (default: full), one row of the registry each:";
   for (const auto& r : policy_registry()) help += "\n  " + r.name + ": " + r.summary;
   return help;
 }

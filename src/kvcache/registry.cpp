@@ -49,8 +49,8 @@ Status family_defaults(KvCacheParams* p, const KvParamsGiven& given, int w, int6
   return Status::ok();
 }
 
-std::deque<PolicyInfo> built_ins() {
-  std::deque<PolicyInfo> rows;
+// FullKV, qevict and the rules that share its tiered cache or H2O's per-head one.
+void add_routed_rows(std::deque<PolicyInfo>& rows) {
   {
     PolicyInfo r;
     r.name = "full";
@@ -140,6 +140,10 @@ std::deque<PolicyInfo> built_ins() {
     };
     rows.push_back(std::move(r));
   }
+}
+
+// The SnapKV family (issue 10): per-head caches compressed at the prompt's end.
+void add_snapkv_family_rows(std::deque<PolicyInfo>& rows) {
   {
     PolicyInfo r;
     r.name = "snapkv";
@@ -230,6 +234,10 @@ std::deque<PolicyInfo> built_ins() {
     };
     rows.push_back(std::move(r));
   }
+}
+
+// The quantizers (kvcache/quantizers/): every token kept, no budget, each its own cache.
+void add_quantizer_rows(std::deque<PolicyInfo>& rows) {
   {
     PolicyInfo r;
     r.name = "kivi";
@@ -314,6 +322,13 @@ std::deque<PolicyInfo> built_ins() {
     r.make_cache = make_zipcache_cache;
     rows.push_back(std::move(r));
   }
+}
+
+std::deque<PolicyInfo> built_ins() {
+  std::deque<PolicyInfo> rows;
+  add_routed_rows(rows);
+  add_snapkv_family_rows(rows);
+  add_quantizer_rows(rows);
   return rows;
 }
 
