@@ -6,8 +6,12 @@
 #include <string>
 
 #include "commands.h"
+#include "kernel_switches.h"
 
 int main(int argc, char** argv) {
+  // QEVICT_AMX, QEVICT_Q8, QEVICT_PV_INT8: read here, the library reads no environment; the
+  // flags (--amx, --matmul, --pv-int8) apply after, when a command loads its model.
+  qevict::cli::apply_env_kernel_switches();
   CLI::App app{"qevict — long-context LLM decoding with a recoverable tiered KV cache"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");

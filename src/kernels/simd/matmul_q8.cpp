@@ -36,7 +36,8 @@
 namespace qevict::q8 {
 namespace {
 
-std::atomic<bool> g_on{cpu::env_switch_on("QEVICT_Q8")};
+// On until set_enabled(false) (the CLI's --matmul f32 or QEVICT_Q8=0, read in tools/).
+std::atomic<bool> g_on{true};
 
 #if defined(__x86_64__)
 #define QEVICT_Q8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
