@@ -353,6 +353,8 @@ void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, siz
   const size_t kp = (n_cols + kTileK - 1) / kTileK * kTileK;
   const size_t n_tpad = (n_tokens + kTileTokens - 1) / kTileTokens * kTileTokens;
   const size_t n_panels = (n_rows + kPanelRows - 1) / kPanelRows;
+  // thread_local: a matmul's activation scratch (the model's, not a KV cache's, whose
+  // bytes_held it is not part of), sized by the call; matmul's API takes no scratch.
   thread_local std::vector<uint16_t> xhi, xlo, wb;
   thread_local std::vector<float> rows;
   const size_t n_kb = kp / kTileK;
