@@ -14,6 +14,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/generator.h"
+#include "kernel_switches.h"
 #include "kernels/matmul.h"
 #include "kvcache/factory.h"
 #include "kvcache/options.h"
@@ -199,6 +200,9 @@ class PyModel {
 PYBIND11_MODULE(_qevict, m) {
   using qevict::PyModel;
   m.doc() = "qevict: long-context LLM decoding with a recoverable tiered KV cache";
+  // QEVICT_AMX, QEVICT_Q8, QEVICT_PV_INT8 = 0 turn those kernels off, as for the CLI: read once,
+  // here (the library reads no environment).
+  qevict::cli::apply_env_kernel_switches();
   m.def("policies", [] {
     std::vector<std::string> names;
     for (const auto& r : qevict::policy_registry()) names.push_back(r.name);

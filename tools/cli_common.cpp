@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kernels/lowbit.h"
 #include "kernels/matmul.h"
 #include "kvcache/registry.h"
 
@@ -30,6 +31,18 @@ void add_model_options(CLI::App& app, ModelOptions& o, MatmulMode default_mode) 
                  "32-block with integer dot products, as llama.cpp (faster; needs AVX-512 VNNI, "
                  "else f32), f32 multiplies exactly; QEVICT_Q8=0 forces f32")
       ->check(CLI::IsMember({"q8", "f32"}))
+      ->capture_default_str();
+  app.add_option("--amx", o.amx,
+                 "prefill matmuls (>= 32 tokens a call) on AMX-BF16 tiles where the CPU has them "
+                 "(split-bf16 products, as llama.cpp); off multiplies exactly in f32, and a "
+                 "token's logits then do not depend on its batch; auto: on unless QEVICT_AMX=0")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--pv-int8", o.pv_int8,
+                 "decode's P·V over INT2-value windows with 8-bit weights and integer dot "
+                 "products (AVX-512 VNNI + VBMI); off keeps the float path; auto: on unless "
+                 "QEVICT_PV_INT8=0")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
 }
 
@@ -60,6 +73,9 @@ int resolve_threads(int flag_value) {
 
 Expected<Loaded> load_model(const ModelOptions& o) {
   if (o.matmul == "f32") matmul_set_q8(false);
+  // auto leaves what the environment said (qevict_main.cpp: apply_env_kernel_switches).
+  if (o.amx != "auto") matmul_set_amx(o.amx == "on");
+  if (o.pv_int8 != "auto") set_qwin_pv_i8_enabled(o.pv_int8 == "on");
   auto path = resolve_model_path(o.model_path);
   if (!path) return path.status();
   auto m = Model::load(*path);

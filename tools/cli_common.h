@@ -23,14 +23,18 @@ namespace qevict::cli {
 enum class MatmulMode { kQ8, kF32 };
 
 struct ModelOptions {
-  std::string model_path;  // -m
-  int threads = 0;         // -t (0: all cores)
-  std::string matmul;      // --matmul q8|f32
+  std::string model_path;        // -m
+  int threads = 0;               // -t (0: all cores)
+  std::string matmul;            // --matmul q8|f32
+  std::string amx = "auto";      // --amx auto|on|off
+  std::string pv_int8 = "auto";  // --pv-int8 auto|on|off
 };
 
-// -m, -t and --matmul. Serving commands default to q8; measuring commands (perplexity, eval,
-// diagnose) to f32, so that what they compare (KV caches) is not blurred by activation
-// rounding (mean KL 3.5e-3 on SmolLM2, BENCHMARKS §2).
+// -m, -t, --matmul, --amx and --pv-int8 (auto: the kernel's default, on where the CPU has it
+// unless QEVICT_AMX / QEVICT_PV_INT8 = 0 in the environment, tools/kernel_switches.h). Serving
+// commands default to q8; measuring commands (perplexity, eval, diagnose) to f32, so that what they
+// compare (KV caches) is not blurred by activation rounding (mean KL 3.5e-3 on SmolLM2, BENCHMARKS
+// §2).
 void add_model_options(CLI::App& app, ModelOptions& o, MatmulMode default_mode = MatmulMode::kQ8);
 
 // -m PATH, else $QEVICT_MODEL, else the default model fetched by tools/fetch_model.sh.

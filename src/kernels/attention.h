@@ -14,7 +14,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -67,6 +69,59 @@ struct FusedAttnParams {
   }
 };
 
+// Makes v at least n long; when it must grow, to exactly n (no geometric slack), so that a
+// scratch buffer's capacity is the most any call asked of it.
+template <typename T>
+void scratch_fit(std::vector<T>& v, size_t n) {
+  if (v.size() >= n) return;
+  if (v.capacity() < n) v.reserve(n);
+  v.resize(n);
+}
+
+// Working memory of one thread's fused_attention_partial calls (and of the per-thread parts
+// of attend_blocks): buffers sized by a run of up to 256 tokens, the group and head_dim, kept
+// between calls so that decode allocates nothing. Owned by the caller (one per thread,
+// BlockAttnScratch::slot), so that its bytes count as the cache's.
+struct FusedAttnScratch {
+  // A span: consecutive blocks [b, e) of a run that one kernel call can read as one.
+  struct Span {
+    int b = 0, e = 0;
+    int64_t pos0 = 0;
+    int n = 0;  // tokens
+  };
+  // f32 [group][run]: one query's scores, then weights; token_masses' [≤ 16 · group][≤ 256]:
+  // its queries' scores over a chunk of tokens (the two never run at once).
+  std::vector<float> scores;
+  std::vector<float> mscores;          // f32 [queries · group][run]: a batched run's
+  std::vector<float> kbuf, vbuf;       // f32 [run][head_dim]: a run's decoded keys, values
+  std::vector<float> rot;              // f32 [run's blocks][2][head_dim]: windows' R(p0 − r)
+  std::vector<float> qrot, qhi;        // f32 [group][head_dim]: the query per window, stretch
+  std::vector<float> hirot;            // f32 [2][head_dim]: the stretch's cos/sin
+  std::vector<float> kwin;             // f32 [window][head_dim]: one window's keys (decode)
+  std::vector<float> qall;             // f32 [queries · group][head_dim]: a run of queries
+  std::vector<float> qprep;            // f32 [group · head_dim + 16]: the query for qwin_scores
+  std::vector<float> gsum;             // f32 [run / 8]: 8-token blocks' sums
+  std::vector<int> off;                // [run's blocks]: each block's first token in the run
+  std::vector<const uint16_t*> krows;  // [run]: a batched run's key rows
+  std::vector<const uint16_t*> vrows;  // and value rows
+  std::vector<Span> spans;             // the run's spans
+  // attend_blocks' per-task parts.
+  std::vector<KvBlockRef> own;   // a segment's blocks of a shared list, moved to head h's rows
+  std::vector<float> run_state;  // f32 [queries][group][head_dim + 2]: a run's states
+  // token_masses' (token_masses.h).
+  std::vector<float> qrows;  // f32 [≤ 16 · group][head_dim]: a run of queries
+  std::vector<double> acc;   // f64 [≤ 256]: a chunk's masses
+
+  // Every buffer of s, for bytes() and BlockAttnScratch::even_out.
+  template <typename Self>
+  static auto buffers(Self& s) {
+    return std::tie(s.scores, s.mscores, s.kbuf, s.vbuf, s.rot, s.qrot, s.qhi, s.hirot, s.kwin,
+                    s.qall, s.qprep, s.gsum, s.off, s.krows, s.vrows, s.spans, s.own, s.run_state,
+                    s.qrows, s.acc);
+  }
+  size_t bytes() const;
+};
+
 // Accumulates blocks[0..n_blocks) into the states of nq query tokens at positions
 // qpos0 + i (i < nq): query i is q + i*ldq, f32 [group][head_dim] (stride head_dim); its
 // state is state + i*group*(head_dim+2). Tokens after a query's position are masked
@@ -77,9 +132,10 @@ struct FusedAttnParams {
 // Consecutive blocks whose positions follow each other and whose rows are contiguous in
 // memory (or are low-bit windows, decoded side by side) are scored and accumulated with
 // one kernel call each, so many small blocks (one per token) cost no more than one large.
+// ws: the calling thread's working memory (no other thread may use it during the call).
 void fused_attention_partial(const FusedAttnParams& p, const float* q, int64_t ldq, int nq,
                              int64_t qpos0, const KvBlockRef* blocks, int n_blocks, float* state,
-                             float* block_ml, int64_t ml_stride);
+                             float* block_ml, int64_t ml_stride, FusedAttnScratch& ws);
 
 // Scratch of attend_blocks, kept by the caller between calls (its bytes count as the cache's).
 struct BlockAttnScratch {
@@ -90,11 +146,23 @@ struct BlockAttnScratch {
   std::vector<int64_t> seg_lo;         // [n_kv_heads][segments + 1]: each segment's first block
   std::vector<const uint16_t*> tok_k;  // token masses: every unit's key row
   std::vector<int64_t> tok_pos;        // and position
-  size_t bytes() const {
-    return (parts.capacity() + block_ml.capacity() + gml.capacity()) * 4 +
-           (unit_off.capacity() + seg_lo.capacity() + tok_pos.capacity()) * 8 +
-           tok_k.capacity() * sizeof(const uint16_t*);
+  // [pool threads]: each thread's working memory. The threads take tasks dynamically, so
+  // which slot grew for which task varies from call to call: even_out() after each parallel
+  // region gives every slot the largest capacity of any, buffer by buffer, and the bytes held
+  // depend on the calls only (every growth is to an exact size: scratch_fit).
+  std::vector<FusedAttnScratch> threads;
+  // Makes a slot for each of n threads (before a parallel region: the slots must not move
+  // while threads use them).
+  void reserve_slots(int n) {
+    if (threads.size() < size_t(n)) threads.resize(size_t(n));
   }
+  // Thread t's slot, for a caller outside a parallel region (one thread: slot(0)).
+  FusedAttnScratch& slot(int t) {
+    reserve_slots(t + 1);
+    return threads[size_t(t)];
+  }
+  void even_out();
+  size_t bytes() const;
   // Gives the memory back (after a prefill chunk: decode needs far less).
   void trim() {
     std::vector<float>().swap(parts);
@@ -102,6 +170,7 @@ struct BlockAttnScratch {
     std::vector<float>().swap(gml);
     std::vector<const uint16_t*>().swap(tok_k);
     std::vector<int64_t>().swap(tok_pos);
+    std::vector<FusedAttnScratch>().swap(threads);
   }
 };
 

@@ -38,10 +38,6 @@ struct QuantLayout {
     return k_head_code_bytes() + v_head_code_bytes() + 2 * 2 * size_t(head_dim) +
            2 * 2 * size_t(window) * (head_dim / g());
   }
-  // f16 counts of key scales and zeros: [n_kv_heads][head_dim] each.
-  size_t k_params() const { return size_t(n_kv_heads) * head_dim; }
-  // f16 counts of value scales and zeros: [n_kv_heads][window][head_dim / g] each.
-  size_t v_params() const { return size_t(n_kv_heads) * window * (head_dim / g()); }
   // Exact bytes of one window in the low-bit tier, metadata included (M_q of SPEC §3).
   size_t window_bytes() const { return size_t(n_kv_heads) * head_bytes(); }
   // Offsets inside a window's byte block, of head h's parts.

@@ -67,8 +67,9 @@ void qwin_pv_accumulate(const QuantLayout& L, const uint8_t* win, int h, int n, 
 // is added. Each weight moves by at most wmax/254. Bit for bit ref::qwin_pv_accumulate_i8.
 // qwin_pv_i8_layout: INT2 values, one value group a row, head_dim 64 or 128, 8-token
 // windows, g ≤ 16; qwin_pv_i8_supported: that, a CPU with the extensions, and the path
-// switched on (it is unless QEVICT_PV_INT8=0, or off/false/no, is in the environment, or
-// set_qwin_pv_i8_enabled(false)). qwin_pv_accumulate_i8 needs qwin_pv_i8_supported and n ≤ 8.
+// switched on (it is until set_qwin_pv_i8_enabled(false): the CLI's --pv-int8 off, or
+// QEVICT_PV_INT8=0 read by the frontends). qwin_pv_accumulate_i8 needs qwin_pv_i8_supported
+// and n ≤ 8.
 constexpr float kPvI8MinWeight = 1e-30f;
 bool qwin_pv_i8_layout(const QuantLayout& L, int g);
 bool qwin_pv_i8_supported(const QuantLayout& L, int g);

@@ -39,7 +39,8 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
 
 // The AMX prefill path (kernels/simd/matmul_amx.h: calls of >= 32 tokens on CPUs with
 // AMX-BF16; split-bf16 products, |error| <= (2^-14 + (3K + 8) 2^-24) sum|W X|): on by
-// default, off with QEVICT_AMX=0 or matmul_set_amx(false), which restores the exact path
+// default, off with matmul_set_amx(false) (the CLI's --amx off, or QEVICT_AMX=0 read by the
+// frontends: tools/kernel_switches.h), which restores the exact path
 // above for every call (and with it exact batch invariance).
 bool matmul_amx_enabled();
 void matmul_set_amx(bool on);
@@ -51,8 +52,9 @@ constexpr int64_t kMatmulPerTokenMaxTokens = 31;
 // The 8-bit-activation path (kernels/simd/matmul_q8.h: calls of fewer than 32 tokens with
 // Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights, on CPUs with AVX-512 VNNI; X quantized per 32-block to d q with
 // d = amax / 127, as llama.cpp does, so |error| <= sum_k |W[r,k]| d_k / 2 + f32 summation): on by
-// default, off with QEVICT_Q8=0 or matmul_set_q8(false), which restores the exact path for those
-// calls. A token's result does not depend on the other tokens of its call.
+// default, off with matmul_set_q8(false) (the CLI's --matmul f32, or QEVICT_Q8=0 read by the
+// frontends), which restores the exact path for those calls. A token's result does not depend on
+// the other tokens of its call.
 bool matmul_q8_enabled();
 void matmul_set_q8(bool on);
 

@@ -123,10 +123,18 @@ void RopeTable::expanded(int64_t pos, float* cosx, float* sinx) const {
 }
 
 void RopeTable::cos_sin(int64_t pos, float* cos_out, float* sin_out) const {
-  thread_local std::vector<float> cx, sx;
-  cx.resize(size_t(d_));
-  sx.resize(size_t(d_));
-  expanded(pos, cx.data(), sx.data());
+  // The expanded rows on the stack for head_dim up to 256 (every model we load), else on the
+  // heap: no buffer outlives the call.
+  constexpr int kStackDim = 256;
+  float stack[2 * kStackDim];
+  std::vector<float> heap;
+  float* cx = stack;
+  if (d_ > kStackDim) {
+    heap.resize(size_t(2) * d_);
+    cx = heap.data();
+  }
+  float* sx = cx + d_;
+  expanded(pos, cx, sx);
   for (int c = 0; c < p_.n_rot; ++c) {
     bool first;
     const int i = pair_of(p_, c, &first);

@@ -54,7 +54,7 @@ void HeadKvCache::query_probs(const HeadStore& s, const float* q, int64_t qpos) 
   attn_state_init(obs_st_.data(), g, d);
   for (size_t u = 0; u < obs_ml_.size(); u += 2) obs_ml_[u] = -INFINITY, obs_ml_[u + 1] = 0.0f;
   fused_attention_partial(fp, q, d, 1, qpos, blocks_.data(), int(blocks_.size()), obs_st_.data(),
-                          obs_ml_.data(), 0);
+                          obs_ml_.data(), 0, attn_.slot(0));
   probs_.resize(size_t(g) * n);
   for (int j = 0; j < g; ++j) {
     const float* gml = obs_st_.data() + size_t(j) * st;  // (M, L) of query head j

@@ -110,6 +110,7 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
         vscale_max[b] = std::max(
             vscale_max[b],
             f16_to_f32(load_f16_bits(blocks[b].qwin + ql.v_scale_off(kv_head), size_t(t))));
+  FusedAttnScratch ws;
   for (int i8 : {0, 1})
     for (int64_t qrel : {int64_t(99), int64_t(50), int64_t(24), int64_t(3)}) {
       if (i8 && !qwin_pv_i8_layout(ql, g)) continue;
@@ -127,7 +128,7 @@ TEST_P(FusedAttention, MatchesMaterializedReference) {
         attn_state_init(parts.data() + i * g * st, g, d);
         fused_attention_partial(p, q.data(), 0, 1, qpos, blocks.data() + cuts[i],
                                 cuts[i + 1] - cuts[i], parts.data() + i * g * st,
-                                ml.data() + size_t(cuts[i]) * g * 2, 0);
+                                ml.data() + size_t(cuts[i]) * g * 2, 0, ws);
       }
       std::vector<float> got(size_t(g) * d), gml(size_t(g) * 2);
       attn_merge(parts.data(), 3, int64_t(g) * st, g, d, got.data(), gml.data());
@@ -188,13 +189,14 @@ TEST(FusedAttentionMulti, RunOfQueriesEqualsSingleQueries) {
   const int64_t ldq = int64_t(g) * d + 5 / nq;
   std::vector<float> multi(size_t(nq) * g * st), ml(size_t(nq) * 3 * g * 2);
   for (int i = 0; i < nq; ++i) attn_state_init(multi.data() + size_t(i) * g * st, g, d);
+  FusedAttnScratch ws;
   fused_attention_partial(p, q.data(), ldq, nq, qpos0, blocks.data(), 3, multi.data(), ml.data(),
-                          3 * g * 2);
+                          3 * g * 2, ws);
   for (int i = 0; i < nq; ++i) {
     std::vector<float> one(size_t(g) * st), ml1(size_t(3) * g * 2);
     attn_state_init(one.data(), g, d);
     fused_attention_partial(p, q.data() + i * ldq, 0, 1, qpos0 + i, blocks.data(), 3, one.data(),
-                            ml1.data(), 0);
+                            ml1.data(), 0, ws);
     // Scores, maxima and sums are bit-identical; the value sums are too except for the
     // low-bit window, which a lone query sums from its codes and a run from decoded rows
     // (attention.cpp): the same products rounded in another order, a few ulps of the terms
@@ -240,6 +242,7 @@ TEST(FusedAttentionMulti, RunOver16BitBlocksEqualsSingleQueries) {
     set(blocks[2], 130, 240, 130);
     set(blocks[3], 370, 30, 370);
     FusedAttnParams p = FusedAttnParams::make(t, g, d);
+    FusedAttnScratch ws;
     for (const int nq : {2, 9, 16}) {
       const int64_t qpos0 = 362;  // the third run starts at 370: some queries see none of it
       const int st = attn_state_stride(d);
@@ -250,12 +253,12 @@ TEST(FusedAttentionMulti, RunOver16BitBlocksEqualsSingleQueries) {
       std::vector<float> multi(size_t(nq) * g * st), ml(size_t(nq) * nb * g * 2);
       for (int i = 0; i < nq; ++i) attn_state_init(multi.data() + size_t(i) * g * st, g, d);
       fused_attention_partial(p, q.data(), ldq, nq, qpos0, blocks.data(), nb, multi.data(),
-                              ml.data(), nb * g * 2);
+                              ml.data(), nb * g * 2, ws);
       for (int i = 0; i < nq; ++i) {
         std::vector<float> one(size_t(g) * st), ml1(size_t(nb) * g * 2);
         attn_state_init(one.data(), g, d);
         fused_attention_partial(p, q.data() + i * ldq, 0, 1, qpos0 + i, blocks.data(), nb,
-                                one.data(), ml1.data(), 0);
+                                one.data(), ml1.data(), 0, ws);
         auto near = [](float a, float b) {
           return a == b || std::fabs(a - b) <= 1e-5f * (1.0f + std::fabs(b));
         };

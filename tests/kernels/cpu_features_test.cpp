@@ -1,30 +1,13 @@
-// cpu_features: the environment switches every hand-written kernel reads, and the feature
-// checks' consistency with each other and with the paths that use them.
+// cpu_features: the feature checks' consistency with each other and with the paths that use
+// them. (The switches' environment variables are read in tools/: tests/cli/kernel_switches_test.)
 #include "kernels/simd/cpu_features.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include "kernels/simd/matmul_q8.h"
 
 namespace qevict {
 namespace {
-
-TEST(CpuFeatures, EnvSwitchIsOffOnlyForTheOffWords) {
-  constexpr const char* kName = "QEVICT_TEST_SWITCH_7F3A";
-  unsetenv(kName);
-  EXPECT_TRUE(cpu::env_switch_on(kName));
-  for (const char* off : {"0", "off", "OFF", "False", "no", "NO"}) {
-    setenv(kName, off, 1);
-    EXPECT_FALSE(cpu::env_switch_on(kName)) << off;
-  }
-  // Anything else leaves the kernel on, including words that merely start like an off word.
-  for (const char* on : {"1", "on", "true", "yes", "", "00", "0x", "offline", "nope"}) {
-    setenv(kName, on, 1);
-    EXPECT_TRUE(cpu::env_switch_on(kName)) << '"' << on << '"';
-  }
-  unsetenv(kName);
-}
 
 TEST(CpuFeatures, ChecksAreConsistent) {
   // VBMI on top of VNNI implies VNNI; the 8-bit matmul is available exactly when VNNI is.

@@ -1,9 +1,5 @@
 #include "kernels/simd/cpu_features.h"
 
-#include <cctype>
-#include <cstdlib>
-#include <string>
-
 namespace qevict::cpu {
 namespace {
 
@@ -33,13 +29,5 @@ const Features& features() {
 
 bool avx512_vnni() { return features().vnni; }
 bool avx512_vnni_vbmi() { return features().vnni && features().vbmi; }
-
-bool env_switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return true;
-  std::string s(v);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return !(s == "0" || s == "off" || s == "false" || s == "no");
-}
 
 }  // namespace qevict::cpu

@@ -1,6 +1,7 @@
-// What the CPU offers the hand-written x86 kernels, and the environment switches that turn
-// those kernels off. One place for both, so that every path asks the same question the same
-// way (matmul_q8.cpp, lowbit_i8.cpp and matmul_amx.cpp did it each in their own copy).
+// What the CPU offers the hand-written x86 kernels. One place, so that every path asks the
+// same question the same way (matmul_q8.cpp and lowbit_i8.cpp did it each in their own copy).
+// The switches that turn those kernels off are setters (matmul.h, lowbit.h); the environment
+// variables that drive them are read by the frontends (tools/kernel_switches.h).
 #pragma once
 
 namespace qevict::cpu {
@@ -11,10 +12,5 @@ namespace qevict::cpu {
 bool avx512_vnni();
 // avx512_vnni() and VBMI (byte permutes across the whole vector).
 bool avx512_vnni_vbmi();
-
-// A kernel switch read from the environment: false when the variable is set to "0", "off",
-// "false" or "no" (any case), true when it is unset or set to anything else. Read each time
-// it is called; callers read it once, at start-up.
-bool env_switch_on(const char* name);
 
 }  // namespace qevict::cpu

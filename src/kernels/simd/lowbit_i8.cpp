@@ -42,9 +42,10 @@
 namespace qevict {
 namespace {
 
-// The process-wide switch (QEVICT_PV_INT8=0 turns the path off; tests and A/B runs flip it).
+// The process-wide switch: on until set_qwin_pv_i8_enabled(false) (the CLI's --pv-int8 off or
+// QEVICT_PV_INT8=0, read in tools/; tests and A/B runs flip it).
 std::atomic<int>& pv_i8_switch() {
-  static std::atomic<int> on{[] { return cpu::env_switch_on("QEVICT_PV_INT8") ? 1 : 0; }()};
+  static std::atomic<int> on{1};
   return on;
 }
 

@@ -1,5 +1,6 @@
 // Optimized path: the SIMD matmul kernels, compiled once per Highway target (included by
-// kernels/simd/matmul.cpp through foreach_target). The only SIMD code of the kernels layer.
+// kernels/simd/matmul.cpp through foreach_target). The portable SIMD matmul; the x86-only
+// paths with raw intrinsics (AMX prefill, 8-bit activations) are matmul_amx.cpp, matmul_q8.cpp.
 //
 // Y[t, r] = sum_k W[r, k] * X[t, k] is computed in "dot product" form: both W rows and X rows
 // are contiguous along k, each (row, token) pair owns a vector accumulator whose lanes hold

@@ -31,8 +31,6 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/simd/cpu_features.h"
-
 // GCC 12 at -Og warns that the _mm512_undefined_* operands inside its own cast/extract
 // intrinsics are used uninitialized (a known false positive; the sanitizer build shows it).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -70,8 +68,8 @@ bool cpu_and_os_allow() {
 #endif
 }
 
-// On unless QEVICT_AMX=0 (cpu::env_switch_on).
-std::atomic<bool> g_on{cpu::env_switch_on("QEVICT_AMX")};
+// On until set_enabled(false) (the CLI's --amx off or QEVICT_AMX=0, read in tools/).
+std::atomic<bool> g_on{true};
 
 #if defined(__x86_64__)
 #define QEVICT_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
@@ -355,6 +353,8 @@ void matmul_bf16(const float* x, size_t ldx, size_t n_tokens, size_t n_cols, siz
   const size_t kp = (n_cols + kTileK - 1) / kTileK * kTileK;
   const size_t n_tpad = (n_tokens + kTileTokens - 1) / kTileTokens * kTileTokens;
   const size_t n_panels = (n_rows + kPanelRows - 1) / kPanelRows;
+  // thread_local: a matmul's activation scratch (the model's, not a KV cache's, whose
+  // bytes_held it is not part of), sized by the call; matmul's API takes no scratch.
   thread_local std::vector<uint16_t> xhi, xlo, wb;
   thread_local std::vector<float> rows;
   const size_t n_kb = kp / kTileK;

@@ -21,8 +21,8 @@ constexpr size_t kMinTokens = 32;
 // tile state (asked once, process-wide).
 bool available();
 // True when matmul takes the AMX path for prefill: available() and switched on, which it
-// is unless QEVICT_AMX=0 (or off, false, no) was in the environment at start-up or
-// set_enabled(false) was called. With it, a token's logits depend in their last bits on how many
+// is until set_enabled(false) is called (the CLI does for --amx off or QEVICT_AMX=0:
+// tools/kernel_switches.h). With it, a token's logits depend in their last bits on how many
 // tokens share its batch (32 or more take this path), as in llama.cpp: the engine's batch
 // invariance (a request decodes the same alone or joined) is exact only with it off.
 bool enabled();

@@ -36,7 +36,8 @@
 namespace qevict::q8 {
 namespace {
 
-std::atomic<bool> g_on{cpu::env_switch_on("QEVICT_Q8")};
+// On until set_enabled(false) (the CLI's --matmul f32 or QEVICT_Q8=0, read in tools/).
+std::atomic<bool> g_on{true};
 
 #if defined(__x86_64__)
 #define QEVICT_Q8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
@@ -277,6 +278,8 @@ template <Kind K>
 QEVICT_Q8_TARGET void run(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_cols,
                           const float* x, size_t ldx, size_t n_tokens, float* y, size_t ldy) {
   const size_t n_blocks = n_cols / 32, n_pairs = (n_blocks + 1) / 2;
+  // thread_local: the activations in 8 bits, a matmul call's scratch (the model's, not a KV
+  // cache's), sized by its tokens; matmul's API takes no scratch.
   thread_local std::vector<PairX> scratch;
   if (scratch.size() < n_tokens * n_pairs) scratch.resize(n_tokens * n_pairs);
   PairX* px = scratch.data();

@@ -25,8 +25,8 @@ namespace qevict::q8 {
 // True when the CPU and OS have AVX-512 F/BW/VL and VNNI, F16C and FMA (cpu::avx512_vnni).
 bool available();
 // True when matmul takes this path for the calls it covers: available() and switched on,
-// which it is unless QEVICT_Q8=0 (or off, false, no: cpu::env_switch_on) was in the environment at
-// start-up or set_enabled(false) was called.
+// which it is until set_enabled(false) is called (the CLI does for --matmul f32 or QEVICT_Q8=0:
+// tools/kernel_switches.h).
 bool enabled();
 void set_enabled(bool on);
 // The types this path takes (ref::q8_supported).

@@ -477,6 +477,9 @@ inline void QkScoresRows(bool f16, const float* q, int64_t ldq, int m, const uin
   const int N = static_cast<int>(hn::Lanes(df));
   const int dv = d / N * N;
   constexpr int RB = 8;  // rows per block: 16 accumulators of 32 vector registers (AVX-512)
+  // thread_local, not the caller's (BlockAttnScratch): 2·lanes·d + d floats fixed by head_dim
+  // (≤ 34 KiB at d = 256), not by the cache's tokens, in a leaf kernel whose callers pass no
+  // scratch (ops.h). Not counted in a cache's bytes_held.
   thread_local std::vector<float> kt_buf;
   thread_local std::vector<float> row;
   if (kt_buf.size() < size_t(d) * 2 * N) kt_buf.resize(size_t(d) * 2 * N);
@@ -548,6 +551,7 @@ inline void PvAccumulateRows(bool f16, const float* p, int64_t ldp, int m, const
   const int N = static_cast<int>(hn::Lanes(df));
   const int dv = d / N * N;
   constexpr int kPvRows = 64;
+  // thread_local as QkScoresRows' buffers: kPvRows·d floats fixed by head_dim (16 KiB at 64).
   thread_local std::vector<float> vbuf;
   if (vbuf.size() < size_t(kPvRows) * d) vbuf.resize(size_t(kPvRows) * d);
   for (int64_t j0 = 0; j0 < n; j0 += kPvRows) {
@@ -614,7 +618,7 @@ inline void QkScores(bool f16, const float* q, int64_t ldq, int g, const uint16_
   const int N = static_cast<int>(hn::Lanes(df));
   const int dv = d / N * N;
   HWY_ALIGN float stack[kRows * kStackDim];
-  thread_local std::vector<float> heap;
+  thread_local std::vector<float> heap;  // only for head_dim > 256 (no model we load)
   float* rows = stack;
   if (d > kStackDim) {
     if (heap.size() < size_t(kRows) * d) heap.resize(size_t(kRows) * d);
