@@ -136,7 +136,8 @@ Expected<KvCacheParams> kv_flags(const KvOptions& o, KvParamsGiven* given) {
 }
 
 bool attach_known_calibration(const Loaded& l, KvCacheParams* p) {
-  if (p->policy != "kvquant" || p->quant.kvquant_calib) return true;
+  const PolicyInfo* row = find_policy(p->policy);
+  if (!row || !row->needs_calibration || p->quant.kvquant_calib) return true;
   for (const auto& [k, cal] : l.kvquant)
     if (k == std::tuple<int, double, int>{p->quant.bits, 1.0 - p->quant.outlier_share,
                                           p->quant.f16_first}) {

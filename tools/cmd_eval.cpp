@@ -240,7 +240,8 @@ int run_eval_cmd(EvalArgs a) {
   if (!loaded) return fail(loaded.error());
   const int threads = resolve_threads(a.model.threads);
   for (const eval::EvalVariant& v : *variants)
-    if (v.params.policy == "kvquant" && !o.base.quant.kvquant_calib) {  // calibrates once
+    if (find_policy(v.params.policy)->needs_calibration &&
+        !o.base.quant.kvquant_calib) {  // calibrates once
       KvCacheParams p = v.params;
       if (Status st = prepare_kv_params(*loaded, &p, threads); !st.is_ok())
         return fail(st.message());

@@ -292,6 +292,7 @@ void add_quantizer_rows(std::deque<PolicyInfo>& rows) {
       return Status::ok();
     };
     r.make_cache = make_kvquant_cache;
+    r.needs_calibration = true;
     rows.push_back(std::move(r));
   }
   {

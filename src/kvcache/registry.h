@@ -26,6 +26,9 @@ struct PolicyInfo {
   std::string source;   // where the rule and its defaults come from
   CacheKind kind = CacheKind::kWindowed;
   bool uses_score = false;  // --kv-score applies
+  // The cache needs the model's calibration in params.quant.kvquant_calib, which running the
+  // model makes (engine/kvquant_calibration.h; the CLI does it before making caches).
+  bool needs_calibration = false;
   // Gives the options the user did not set (given) the policy's defaults; errors on options
   // the policy has no use for. Null: SPEC's defaults, every option allowed.
   std::function<Status(KvCacheParams*, const KvParamsGiven&)> apply_defaults;
