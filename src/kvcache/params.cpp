@@ -85,6 +85,9 @@ Status KvCacheParams::validate() const {
     if (value_bits != 0)
       return Status::error(fmt::format(
           "--kv-value-bits applies to the tiered cache (qevict, streaming), not to {}", policy));
+    if (bits == 0)
+      return Status::error(fmt::format(
+          "--kv-bits auto applies to the tiered cache (qevict, streaming), not to {}", policy));
     return Status::ok();
   }
   return validate_routed(*this, *row);

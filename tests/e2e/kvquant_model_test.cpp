@@ -38,7 +38,9 @@ TEST_F(KvQuantModel, CalibratedThreeBitCacheStaysCloseToFullKv) {
   p.policy = "kvquant";
   ASSERT_TRUE(apply_policy_defaults(&p, KvParamsGiven{}).is_ok());
   KvQuantConfig c;  // the registry's defaults: 3 bits, 1 % outliers, first token in f16
-  ASSERT_EQ(p.bits, c.bits);
+  ASSERT_EQ(p.quant.bits, c.bits);
+  ASSERT_DOUBLE_EQ(1.0 - p.quant.outlier_share, c.sparsity);
+  ASSERT_EQ(p.quant.f16_first, c.first_fp16);
   const std::vector<int32_t> calib(tokens_.begin() + 512, tokens_.begin() + 1024);
   auto cal = kvquant_calibration(*model_, calib, c, pool_);
   ASSERT_TRUE(cal.has_value()) << cal.error();
