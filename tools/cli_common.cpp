@@ -183,6 +183,8 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
   KvReport r;
   cache.report(&r);
   std::fprintf(stderr, "kv-stats: %s\n", r.describe.c_str());
+  // A fraction below the fixed regions (a short context): the budget is their minimum.
+  if (r.budget.floored) std::fprintf(stderr, "kv-stats: %s\n", r.budget.floor_note().c_str());
   const KvLayerReport tot = r.total();
   std::fprintf(stderr, "kv-stats: bytes held by the cache: %.2f MiB (peak %.2f MiB)",
                r.bytes_held / 1048576.0, std::max(r.peak_bytes_held, r.bytes_held) / 1048576.0);

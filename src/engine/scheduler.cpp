@@ -152,6 +152,9 @@ void Scheduler::admit() {
       continue;
     }
     s.cache = std::move(*c);
+    KvReport r;
+    s.cache->report(&r);
+    if (r.budget.floored) ++metrics_.budget_floored;
     s.logits.resize(size_t(model_.config().n_vocab));
     metrics_.reserved_bytes += s.reserved;
     active_.push_back(std::move(waiting_.front()));

@@ -80,6 +80,9 @@ struct SchedulerOptions {
 
 struct SchedulerMetrics {
   int64_t requests = 0, refused_queue_full = 0, finished = 0, cancelled = 0, failed = 0;
+  // Admitted requests whose budget fraction was below the policy's fixed regions (a short
+  // context): their cache got the smallest valid budget instead (KvBudget::floored).
+  int64_t budget_floored = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
   int64_t waiting = 0, active = 0;
   size_t pool_bytes = 0, reserved_bytes = 0;

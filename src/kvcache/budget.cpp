@@ -26,25 +26,80 @@ RoutingBudget KvBudget::routing() const {
   return r;
 }
 
+std::string KvBudget::floor_note() const {
+  if (!floored) return "";
+  return fmt::format(
+      "budget floored at {} B/layer: the fraction gave {}, below the {}", total, requested,
+      kind == CacheKind::kPerHead ? "sink, recent and decode tokens and one heavy token per KV head"
+                                  : "sink and local region and one window of history");
+}
+
+std::string KvBudget::floor_tag() const {
+  return floored ? fmt::format(" (floored; the fraction gave {:.1f} KiB)", requested / 1024.0) : "";
+}
+
 std::string KvBudget::describe() const {
+  const std::string note = floored ? "; " + floor_note() : "";
   switch (kind) {
     case CacheKind::kFull:
       return "no budget";
     case CacheKind::kWindowed:
       return fmt::format(
           "budget {} B/layer = sink {} + local {} ({} windows) + history {} (K_f {} x M_f {} B, "
-          "K_q {} x M_q {} B)",
+          "K_q {} x M_q {} B){}",
           total, sink_bytes, local_bytes, local_windows, hist_bytes, capacity_full, window_full,
-          capacity_quant, window_quant);
+          capacity_quant, window_quant, note);
     case CacheKind::kQuantized:
       return "no budget (a quantizer's byte point)";
     case CacheKind::kPerHead:
       return fmt::format(
-          "budget {} B/layer; per head {} tokens of {} B = {} sink + {} recent + {} heavy", total,
-          head_capacity, head_token_bytes, sink, local, head_heavy);
+          "budget {} B/layer; per head {} tokens of {} B = {} sink + {} recent + {} heavy{}", total,
+          head_capacity, head_token_bytes, sink, local, head_heavy, note);
   }
   return "";
 }
+
+namespace {
+
+// The fewest tokens a KV head of a per-head cache can hold: sink + recent + one heavy token
+// (H2O's default split gives the recent region half of what the sink leaves: none then).
+int64_t min_head_capacity(const KvCacheParams& p) {
+  return int64_t(p.sink) + (p.local_half_budget ? 0 : p.local) + 1;
+}
+
+// A per-head budget's capacity C from b->total, its split into S + L + K and their bytes.
+void split_head_capacity(KvBudget* b, const KvShape& shape, const KvCacheParams& p) {
+  const size_t H = size_t(shape.n_kv_heads);
+  b->head_capacity = int64_t(b->total / H / b->head_token_bytes);
+  // H2O's default: the budget split equally between heavy hitters and recent tokens.
+  b->local =
+      p.local_half_budget ? int(std::max<int64_t>(0, b->head_capacity - p.sink) / 2) : p.local;
+  b->head_heavy = b->head_capacity - b->sink - b->local;
+  b->sink_bytes = size_t(b->sink) * b->head_token_bytes * H;
+  b->local_bytes = size_t(b->local) * b->head_token_bytes * H;
+  b->hist_bytes = size_t(std::max<int64_t>(b->head_heavy, 0)) * b->head_token_bytes * H;
+}
+
+// Eq. 3: K_f = floor((1-q) B_hist / M_f), K_q = floor(q B_hist / M_q).
+void split_history(KvBudget* b, double q) {
+  b->capacity_full =
+      int64_t(std::floor((1.0 - q) * double(b->hist_bytes) / double(b->window_full)));
+  b->capacity_quant = int64_t(std::floor(q * double(b->hist_bytes) / double(b->window_quant)));
+}
+
+// The fewest history bytes for which Eq. 3 gives one window in F or Q.
+size_t min_history_bytes(const KvBudget& b, double q) {
+  double need = std::numeric_limits<double>::infinity();
+  if (q < 1.0) need = std::min(need, double(b.window_full) / (1.0 - q));
+  if (q > 0.0) need = std::min(need, double(b.window_quant) / q);
+  KvBudget t = b;
+  t.hist_bytes = size_t(std::ceil(need));
+  for (split_history(&t, q); t.capacity_full + t.capacity_quant < 1; split_history(&t, q))
+    ++t.hist_bytes;  // the floors of Eq. 3 round a byte or two away from the quotient
+  return t.hist_bytes;
+}
+
+}  // namespace
 
 Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
                                   const KvCacheParams& p) {
@@ -76,10 +131,12 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   if (!(p.budget_fraction > 0.0) && p.budget_bytes <= 0 && !by_tokens)
     return Status::error(fmt::format(
         "the {} policy needs a budget: --kv-budget FRACTION or --kv-budget-bytes N", p.policy));
+  const bool by_fraction = !by_tokens && p.budget_bytes <= 0;
   b.total = by_tokens ? size_t(p.budget_tokens) * shape.n_kv_heads * head_token_bytes
             : p.budget_bytes > 0
                 ? size_t(p.budget_bytes)
                 : size_t(std::floor(p.budget_fraction * double(n_ctx) * double(b.token_bytes)));
+  b.requested = b.total;
   b.sink = p.sink;
   b.window = p.window;
   b.strict_ledger = p.strict_ledger;
@@ -89,20 +146,18 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
       return Status::error(fmt::format("context size {} exceeds the int32 positions", n_ctx));
     b.window = 1;
     b.head_token_bytes = head_token_bytes;
-    b.head_capacity = int64_t(b.total / size_t(shape.n_kv_heads) / b.head_token_bytes);
-    // H2O's default: the budget split equally between heavy hitters and recent tokens.
-    b.local =
-        p.local_half_budget ? int(std::max<int64_t>(0, b.head_capacity - p.sink) / 2) : p.local;
-    b.head_heavy = b.head_capacity - b.sink - b.local;
-    b.sink_bytes = size_t(b.sink) * b.head_token_bytes * shape.n_kv_heads;
-    b.local_bytes = size_t(b.local) * b.head_token_bytes * shape.n_kv_heads;
-    b.hist_bytes =
-        size_t(std::max<int64_t>(b.head_heavy, 0)) * b.head_token_bytes * size_t(shape.n_kv_heads);
+    split_head_capacity(&b, shape, p);
+    if (b.head_heavy < 1 && by_fraction) {  // floored: one heavy token per head
+      b.total = size_t(min_head_capacity(p)) * size_t(shape.n_kv_heads) * b.head_token_bytes;
+      b.floored = true;
+      split_head_capacity(&b, shape, p);
+    }
     if (b.head_heavy < 1)
       return Status::error(fmt::format(
           "budget too small for sink + recent: {} bytes per layer give each of the {} KV heads "
           "{} tokens of {} B, but {} sink + {} recent tokens leave no room for a heavy hitter; "
-          "raise --kv-budget or lower --kv-sink/--kv-local",
+          "raise --kv-budget-bytes (or give the budget as a fraction with --kv-budget) or lower "
+          "--kv-sink/--kv-local",
           b.total, shape.n_kv_heads, b.head_capacity, b.head_token_bytes, b.sink, b.local));
     return b;
   }
@@ -136,16 +191,21 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
   b.sink_bytes = size_t(p.sink) * b.token_bytes;
   b.local_bytes = size_t(b.local_windows) * b.window_full;
   const size_t fixed = b.sink_bytes + b.local_bytes;
+  if (by_fraction) {  // floored: the fixed regions and one window of history
+    const size_t least = fixed + min_history_bytes(b, p.q);
+    if (b.total < least) {
+      b.total = least;
+      b.floored = true;
+    }
+  }
   if (b.total <= fixed)
     return Status::error(fmt::format(
         "KV budget of {} bytes per layer does not cover the sink ({} tokens) and local region "
-        "({} tokens, {} windows of {}): they need {} bytes; raise --kv-budget or lower "
-        "--kv-sink/--kv-local",
+        "({} tokens, {} windows of {}): they need {} bytes; raise --kv-budget-bytes (or give "
+        "the budget as a fraction with --kv-budget) or lower --kv-sink/--kv-local",
         b.total, p.sink, p.local, b.local_windows, p.window, fixed));
   b.hist_bytes = b.total - fixed;
-  // Eq. 3: K_f = floor((1-q) B_hist / M_f), K_q = floor(q B_hist / M_q).
-  b.capacity_full = int64_t(std::floor((1.0 - p.q) * double(b.hist_bytes) / double(b.window_full)));
-  b.capacity_quant = int64_t(std::floor(p.q * double(b.hist_bytes) / double(b.window_quant)));
+  split_history(&b, p.q);
   return b;
 }
 
@@ -160,15 +220,22 @@ Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const K
                        (needs.obs_window > 0 ? size_t(shape.group()) * sizeof(float) : 0) +
                        (needs.obs_max_kernel > 0 ? sizeof(float) : 0);
   const int64_t slack = std::max(p.route_every, 1);
-  const int64_t held = int64_t(b->total / H / token);
-  const int64_t cap = std::min<int64_t>(held - slack, n_ctx);
+  // A context shorter than the fixed regions still gets a valid split (one heavy token).
+  const int64_t least = min_head_capacity(p);
+  int64_t held = int64_t(b->total / H / token);
+  if (held - slack < least && p.budget_bytes <= 0) {  // a fraction: floored
+    held = least + slack;
+    b->total = size_t(held) * size_t(H) * token;
+    b->floored = true;
+  }
+  const int64_t cap = std::min<int64_t>(held - slack, std::max(n_ctx, least));
   const int64_t local = p.local_half_budget ? std::max<int64_t>(0, cap - p.sink) / 2 : p.local;
   if (cap - p.sink - local < 1)
     return Status::error(fmt::format(
         "budget too small for {}: {} bytes per layer hold {} tokens of {} B (K, V, position "
         "and the policy's per-token state) per KV head; it needs {} for the decode tokens "
         "between routings (--kv-route-every) + {} sink + {} recent + at least 1 heavy; raise "
-        "--kv-budget",
+        "--kv-budget-bytes (or give the budget as a fraction with --kv-budget)",
         p.policy, b->total, held, token, slack, p.sink, local));
   b->head_token_bytes = token;
   b->head_capacity = cap;

@@ -9,6 +9,10 @@
 //     table (kWindowEntryBytes: SPEC §3, "metadata included ... any index")
 //   per-head token caches (H2O):  M = one token of one KV head (K + V + int32 position),
 //     C = ⌊B_total / n_kv_heads / M⌋ tokens per head = S sink + L recent + K heavy
+// A budget given as a fraction that does not cover the fixed regions (windowed: sink + local
+// windows + one window of history; per-head: sink + recent + the Ω decode tokens + one heavy
+// token per head) is floored at that minimum instead of refused: a context that small needs
+// no compression (issue 50). A budget in bytes stays exact and is refused.
 #pragma once
 
 #include <cstddef>
@@ -55,7 +59,11 @@ struct KvBudget {
   int window = 1;             // ω tokens
   int64_t local_windows = 0;  // windows not yet routed, at most: ceil((L + Ω − 1)/ω) + 1
   // Bytes per layer.
-  size_t total = 0;        // B_total
+  size_t total = 0;  // B_total
+  // What the fraction gave (budget_fraction × the 16-bit cache of n_ctx tokens), and whether
+  // it was below the fixed regions, so that total is their minimum instead (header comment).
+  size_t requested = 0;
+  bool floored = false;
   size_t token_bytes = 0;  // one token's K and V for all KV heads in 16 bits
   size_t sink_bytes = 0, local_bytes = 0, hist_bytes = 0;
   size_t window_full = 0;                         // M_f, the entry included
@@ -85,11 +93,16 @@ struct KvBudget {
   }
   RoutingBudget routing() const;
   std::string describe() const;  // one line of the figures above
+  // "budget floored at N B/layer: the fraction gave M, below ..." when floored, else "".
+  std::string floor_note() const;
+  // " (floored; the fraction gave M KiB)" when floored, else "": for the caches' describe().
+  std::string floor_tag() const;
 };
 
 // Computes the budget of a cache of `kind` for at most n_ctx tokens, or says why the
-// params cannot make one (no budget given, budget below sink + local, ...; kQuantized: a
-// budget given, which a pure quantizer cannot meet). For kPerHead, params.local_half_budget is
+// params cannot make one (no budget given, a budget in bytes or tokens below sink + local, ...;
+// kQuantized: a budget given, which a pure quantizer cannot meet). A fraction below the fixed
+// regions is floored (header comment). For kPerHead, params.local_half_budget is
 // H2O's default: the recent window takes half of what the sink leaves.
 Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
                                   const KvCacheParams& params);
@@ -101,7 +114,9 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
 // observation window's g sums and running max, f32) fit in b->total. Sink and
 // recent counts are kept (H2O's default split is recomputed); b->head_token_bytes becomes the
 // per-token cost. A budget in tokens (KvCacheParams::budget_tokens, kvpress's unit, used by the
-// faithfulness check) keeps its meaning. Errors when no heavy token is left.
+// faithfulness check) keeps its meaning. A budget given as a fraction that leaves no heavy
+// token is floored at sink + recent + Ω + 1 tokens per head (b->floored); a budget in bytes
+// errors. The capacity is at most n_ctx tokens, or sink + recent + 1 if the context is smaller.
 Status fit_head_budget(KvBudget* b, const KvShape& shape, int64_t n_ctx, const KvCacheParams& p,
                        const PolicyNeeds& needs);
 

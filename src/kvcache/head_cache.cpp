@@ -217,10 +217,11 @@ size_t HeadKvCache::bytes_held() const {
 
 std::string HeadKvCache::describe() const {
   return fmt::format(
-      "{} (budget {:.1f} KiB/layer, per head: {} sink + {} recent + {} heavy tokens of {} B, "
+      "{} (budget {:.1f} KiB/layer{}, per head: {} sink + {} recent + {} heavy tokens of {} B, "
       "Ω {}, {})",
-      policy_->name(), budget_.total / 1024.0, budget_.sink, budget_.local, budget_.head_heavy,
-      budget_.head_token_bytes, p_.route_every, p_.dtype == HalfType::kF16 ? "f16" : "bf16");
+      policy_->name(), budget_.total / 1024.0, budget_.floor_tag(), budget_.sink, budget_.local,
+      budget_.head_heavy, budget_.head_token_bytes, p_.route_every,
+      p_.dtype == HalfType::kF16 ? "f16" : "bf16");
 }
 
 void HeadKvCache::position_tiers(int layer, int kv_head, std::vector<Tier>* out) const {

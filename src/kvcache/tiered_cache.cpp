@@ -242,9 +242,9 @@ std::string TieredKvCache::describe() const {
     scoring += fmt::format("{}age-normalised scores", scoring.empty() ? "" : ", ");
   if (!scoring.empty()) scoring = " (" + scoring + ")";
   return fmt::format(
-      "{}{} (budget {:.1f} KiB/layer, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, M_q "
-      "{} B)",
-      policy_->name(), scoring, budget_.total / 1024.0, budget_.capacity_full,
+      "{}{} (budget {:.1f} KiB/layer{}, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, "
+      "M_q {} B)",
+      policy_->name(), scoring, budget_.total / 1024.0, budget_.floor_tag(), budget_.capacity_full,
       budget_.capacity_quant, p_.window, p_.route_every, p_.sink, p_.local,
       qlayout_.vb() == qlayout_.kb()
           ? fmt::format("{}", qlayout_.kb())

@@ -17,6 +17,9 @@ std::string prometheus_metrics(const SchedulerMetrics& m) {
   add("requests_finished_total", "counter", "requests answered", double(m.finished));
   add("requests_cancelled_total", "counter", "requests whose client left", double(m.cancelled));
   add("requests_failed_total", "counter", "requests that failed", double(m.failed));
+  add("kv_budget_floored_total", "counter",
+      "requests whose KV budget fraction was raised to the policy's fixed regions (short context)",
+      double(m.budget_floored));
   add("prompt_tokens_total", "counter", "prompt tokens processed", double(m.prompt_tokens));
   add("generated_tokens_total", "counter", "tokens generated", double(m.generated_tokens));
   add("queue_depth", "gauge", "requests waiting for room in the KV pool", double(m.waiting));

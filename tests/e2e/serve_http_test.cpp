@@ -24,20 +24,21 @@ namespace {
 using json = nlohmann::json;
 using ServeHttp = RealModelTest;
 
+// A request's cache: its kv_policy (default full) and kv_budget with the policy's defaults.
+Expected<KvCacheParams> request_kv(const OpenAiRequest& q) {
+  KvCacheParams p;
+  p.policy = q.kv_policy.value_or("full");
+  p.budget_fraction = q.kv_budget.value_or(0.0);
+  if (Status s = apply_policy_defaults(&p, KvParamsGiven{}); !s) return s;
+  return p;
+}
+
 // The server on 127.0.0.1:<any port> and the scheduler thread, for a test's lifetime.
 class Running {
  public:
   Running(Model& model, ThreadPool& pool, const Tokenizer& tok, const std::string& tmpl)
       : sched_(model, pool, options()),
-        server_(
-            {"broken.gguf", "", 512, 1 << 20}, tok, tmpl, sched_,
-            [](const OpenAiRequest&) -> Expected<KvCacheParams> {
-              KvCacheParams p;
-              p.policy = "full";
-              if (Status s = apply_policy_defaults(&p, KvParamsGiven{}); !s) return s;
-              return p;
-            },
-            stop_) {
+        server_({"broken.gguf", "", 512, 1 << 20}, tok, tmpl, sched_, request_kv, stop_) {
     server_.install(svr_);
     port_ = svr_.bind_to_any_port("127.0.0.1");
     http_ = std::thread([this] { svr_.listen_after_bind(); });
@@ -137,6 +138,46 @@ TEST_F(ServeHttp, ErrorBodiesAndTheEndOfAStream) {
   EXPECT_EQ(u["choices"], json::array());
   EXPECT_EQ(u["usage"]["completion_tokens"], 3);
   EXPECT_NE(s->body.find(R"("finish_reason":"length")"), std::string::npos) << s->body;
+}
+
+// A one-line chat request with max_tokens 16 is answered for every budgeted policy at 20 % and
+// 90 %: a budget fraction below the policy's fixed regions is floored, not refused with 400
+// (issue 50 item 3), and /metrics counts the floored requests.
+TEST_F(ServeHttp, ShortRequestsWithABudgetFractionAreAnsweredForEveryPolicy) {
+  auto tok = Tokenizer::from_gguf(model_->gguf());
+  ASSERT_TRUE(tok) << tok.error();
+  Running run(*model_, pool_, *tok, model_->gguf().get_string_or("tokenizer.chat_template", ""));
+  httplib::Client cli("127.0.0.1", run.port());
+  cli.set_read_timeout(120);
+  int answered = 0;
+  for (const auto& row : policy_registry()) {
+    if (row.kind != CacheKind::kWindowed && row.kind != CacheKind::kPerHead) continue;
+    for (const char* budget : {"0.2", "0.9"}) {
+      SCOPED_TRACE(row.name + " @ " + budget);
+      for (const char* content : {"Hi", "What is the capital of France? Answer in one word."}) {
+        auto r = cli.Post(
+            "/v1/chat/completions",
+            json({{"messages", json::array({json{{"role", "user"}, {"content", content}}})},
+                  {"max_tokens", 16},
+                  {"temperature", 0},
+                  {"kv_policy", row.name},
+                  {"kv_budget", std::stod(budget)}})
+                .dump(),
+            "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << r->body;
+        answered += r->status == 200;
+      }
+    }
+  }
+  EXPECT_GT(answered, 0);
+  auto m = cli.Get("/metrics");
+  ASSERT_TRUE(m);
+  // qevict's sink and local region alone are 37 tokens: its short requests are all floored.
+  const std::string line = "\nqevict_kv_budget_floored_total ";
+  const size_t at = m->body.find(line);
+  ASSERT_NE(at, std::string::npos) << m->body;
+  EXPECT_GE(std::stod(m->body.substr(at + line.size())), 4.0) << m->body;
 }
 
 }  // namespace

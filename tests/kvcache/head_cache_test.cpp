@@ -455,8 +455,14 @@ TEST(HeadKvCache, CheckBudgetRejectsBudgetsWithoutRoomForAHeavyHitter) {
   EXPECT_TRUE(check_budget(s, 100, p).is_ok());
   p.budget_bytes = 0;  // no budget at all
   EXPECT_FALSE(check_budget(s, 100, p).is_ok());
-  p.budget_fraction = 0.05;  // 0.05 · 100 · 64 = 320 bytes: 4 tokens per head
-  EXPECT_FALSE(check_budget(s, 100, p).is_ok());
+  // 0.05 · 100 · 64 = 320 bytes: 4 tokens per head, floored at S + L + 1 (not refused).
+  p.budget_fraction = 0.05;
+  auto b = compute_budget(CacheKind::kPerHead, s, 100, p);
+  ASSERT_TRUE(b.has_value()) << b.error();
+  EXPECT_TRUE(b->floored);
+  EXPECT_EQ(b->requested, size_t(320));
+  EXPECT_EQ(b->total, size_t(2 * (4 + 6 + 1) * m));
+  EXPECT_EQ(b->head_heavy, 1);
 }
 
 TEST(HeadKvCache, PositionTiersMatchKeptSetsAndHeldBytesSettle) {

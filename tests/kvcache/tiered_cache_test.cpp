@@ -366,10 +366,12 @@ TEST(TieredKvCache, InvalidParamsGiveClearErrors) {
   auto c = make_kv_cache(s, 100, p);
   ASSERT_FALSE(c.has_value());
   EXPECT_NE(c.error().find("budget"), std::string::npos) << c.error();
-  p.budget_fraction = 0.01;  // below sink + local
+  // Below sink + local in bytes: refused (a fraction is floored, budget_floor_test.cpp).
+  p.budget_bytes = int64_t(s.token_bytes()) * 10;
   c = make_kv_cache(s, 100, p);
   ASSERT_FALSE(c.has_value());
-  EXPECT_NE(c.error().find("sink"), std::string::npos) << c.error();
+  EXPECT_NE(c.error().find("does not cover the sink"), std::string::npos) << c.error();
+  p.budget_bytes = 0;
   p.budget_fraction = 0.5;
   p.bits = 3;
   c = make_kv_cache(s, 100, p);

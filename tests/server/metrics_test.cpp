@@ -41,8 +41,15 @@ TEST(PrometheusMetrics, ExactLinesForChosenValues) {
       "qevict_decode_tokens_per_second 22.5\n";
   ASSERT_GE(s.size(), tail.size());
   EXPECT_EQ(s.substr(s.size() - tail.size()), tail);
-  // 17 metrics of one value with their HELP and TYPE lines, then the tiers' 2 + 3 lines.
-  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 17 * 3 + 5);
+  // Requests whose budget fraction was floored (issue 50 item 3).
+  m.budget_floored = 3;
+  const std::string floored = prometheus_metrics(m);
+  EXPECT_NE(floored.find("# TYPE qevict_kv_budget_floored_total counter\n"
+                         "qevict_kv_budget_floored_total 3\n"),
+            std::string::npos)
+      << floored;
+  // 18 metrics of one value with their HELP and TYPE lines, then the tiers' 2 + 3 lines.
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 18 * 3 + 5);
 }
 
 }  // namespace
