@@ -59,7 +59,18 @@ struct RulerSample {
   // The prompt as plain text, without the chat template (lcc: the file's lines for the model
   // to continue; longdoc_tasks.h says why).
   bool raw = false;
+  // Where the question starts in `input` (byte offset; the instruction and text before it,
+  // whitespace between them), -1 when the prompt has no separable question (the long-document
+  // tasks, --dataset prompts). The evaluation protocols that move the question (after, first:
+  // eval_protocol.h) read the parts through sample_context() and sample_question().
+  int64_t question_at = -1;
 };
+
+// The prompt without its question (the instruction and the text, trailing whitespace
+// stripped) and the question alone; both empty when question_at < 0. context + separator +
+// question is `input`, byte for byte.
+std::string sample_context(const RulerSample& s);
+std::string sample_question(const RulerSample& s);
 
 // Counts the tokens the model will read for a sample's prompt (input, answer_prefix): the chat
 // template included unless the sample is raw.
