@@ -163,6 +163,15 @@ Expected<std::vector<int32_t>> PromptFormatter::encode(const std::string& input,
   return tok_->encode(*text, /*add_special=*/true, /*parse_special=*/!raw);
 }
 
+Expected<std::string> PromptFormatter::render_messages(const std::vector<ChatMessage>& msgs,
+                                                       bool add_generation_prompt) const {
+  if (!tmpl_) return render_chatml(msgs, add_generation_prompt);
+  auto r = tmpl_->render(msgs, add_generation_prompt, tok_->token_to_piece(tok_->bos(), true),
+                         tok_->token_to_piece(tok_->eos(), true));
+  if (!r) return Status::error("chat template: " + r.error());
+  return *r;
+}
+
 Expected<std::vector<std::string>> PromptFormatter::render_turns(
     const std::vector<std::string>& users, const std::string& answer_prefix, bool raw) const {
   std::vector<std::string> out;
@@ -175,14 +184,9 @@ Expected<std::vector<std::string>> PromptFormatter::render_turns(
       text = (i ? before + "\n" : before) + users[i];
     } else {
       msgs.push_back({"user", users[i]});
-      if (!tmpl_) {
-        text = render_chatml(msgs, last);
-      } else {
-        auto r = tmpl_->render(msgs, last, tok_->token_to_piece(tok_->bos(), true),
-                               tok_->token_to_piece(tok_->eos(), true));
-        if (!r) return Status::error("chat template: " + r.error());
-        text = std::move(*r);
-      }
+      auto r = render_messages(msgs, last);
+      if (!r) return r.status();
+      text = std::move(*r);
     }
     if (last) text += answer_prefix;
     if (text.compare(0, before.size(), before) != 0)
@@ -282,7 +286,7 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           from_file ? "the generator" : "a --dataset file"));
     done.insert(eval_cell_key(task, j.value("length", int64_t(0)), j.value("variant", ""),
                               j.value("budget", 0.0), j.value("sample", 0),
-                              j.value("protocol", "end")));
+                              result_protocol_label(j)));
   }
   if (opts.prompts_only) done.clear();  // prompts of every cell, run or not
   // A run killed while writing leaves a partial last line: start the next on a fresh line.
@@ -348,12 +352,13 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
   EvalProgress pr;
   for (const Work& w : work)
     for (EvalProtocol p : protocols_of(w))
-      for (const auto& v : *variants) {
-        ++pr.total;
-        const std::string key =
-            eval_cell_key(w.task, w.length, v.spec, v.budget, w.sample, protocol_name(p));
-        pr.skipped += done.count(key) ? 1 : 0;
-      }
+      for (const auto& v : *variants)
+        for (int a = 0; a < protocol_answers(p); ++a) {
+          ++pr.total;
+          const std::string key =
+              eval_cell_key(w.task, w.length, v.spec, v.budget, w.sample, protocol_label(p, a));
+          pr.skipped += done.count(key) ? 1 : 0;
+        }
   pr.done = pr.skipped;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -371,10 +376,18 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
     for (EvalProtocol proto : protocols_of(w)) {
       const std::string pname = protocol_name(proto);
       const bool end = proto == EvalProtocol::kEnd;
+      const int n_answers = protocol_answers(proto);
+      auto cell_done = [&](const EvalVariant& v, int answer) {
+        return done.count(eval_cell_key(task, length, v.spec, v.budget, si,
+                                        protocol_label(proto, answer))) > 0;
+      };
       std::vector<const EvalVariant*> pending;
       for (const auto& v : *variants)
-        if (!done.count(eval_cell_key(task, length, v.spec, v.budget, si, pname)))
-          pending.push_back(&v);
+        for (int a = 0; a < n_answers; ++a)
+          if (!cell_done(v, a)) {
+            pending.push_back(&v);
+            break;
+          }
       if (pending.empty()) continue;
       if (!built) {
         auto made = w.given ? Expected<RulerSample>(*w.given)
@@ -386,6 +399,11 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
       auto pp = protocol_prompt(formatter, *sample, proto);
       if (!pp) return pp.status();
       const int64_t n_prompt = pp->n_tokens();
+      auto turn_tokens = [&] {
+        json t = json::array();
+        for (const auto& turn : pp->turns) t.push_back(turn.size());
+        return t;
+      };
       if (opts.prompts_only) {
         json j{{"task", task},
                {"length", length},
@@ -405,13 +423,13 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
         if (!end) {
           j["protocol"] = pname;
           j["turns"] = pp->texts;  // each turn's text; "prompt" is the last
-          j["turn_tokens"] = json::array();
-          for (const auto& t : pp->turns) j["turn_tokens"].push_back(t.size());
+          j["turn_tokens"] = turn_tokens();
+          if (!pp->expected.empty()) j["turn_expected"] = pp->expected;
         }
         prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
         prompts += '\n';
-        pr.run_done += int64_t(pending.size());
-        pr.done += int64_t(pending.size());
+        pr.run_done += int64_t(pending.size()) * n_answers;
+        pr.done += int64_t(pending.size()) * n_answers;
         pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
         pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
         pr.last = fmt::format("{} {} #{}{}: prompt of {} tokens", task, length, si,
@@ -419,10 +437,11 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
         if (progress) progress(pr);
         continue;
       }
-      const int64_t n_ctx = n_prompt + sample->max_new_tokens;
+      // Room for every turn and every answer (multi: one per question, and a carried token).
+      const int64_t n_ctx = n_prompt + int64_t(pp->answered.size()) * (sample->max_new_tokens + 1) -
+                            (pp->answered.size() == 1 ? 1 : 0);
       std::vector<std::unique_ptr<SequenceKvCache>> caches;
       std::vector<GenerationRequest> reqs;
-      const size_t n_turns = pp->turns.size();
       for (const EvalVariant* v : pending) {
         auto c = make_kv_cache(model.kv_shape(), n_ctx, v->params);
         if (!c)
@@ -432,9 +451,6 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
         GenerationRequest r;
         r.cache = caches.back().get();
         r.prompt = pp->turns[0];
-        // Turns before the last are prefilled and ended (compressed as at a prompt's end),
-        // not answered.
-        r.n_predict = n_turns == 1 ? sample->max_new_tokens : 0;
         r.sampling.temperature = 0.0f;  // greedy, as RULER
         r.stop_tokens = stop_tokens;
         reqs.push_back(std::move(r));
@@ -455,33 +471,21 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
       GenerateOptions go;
       go.prefill_chunk = opts.prefill_chunk;
       GenerationStats st;
-      QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, &st));
-      std::vector<TurnDiagnostics> diag(reqs.size());
-      const std::vector<int64_t> needles =
-          n_turns > 1 ? needle_positions(tok, pp->turns[0], *sample) : std::vector<int64_t>();
-      for (size_t t = 1; t < n_turns; ++t) {
-        for (size_t i = 0; i < reqs.size(); ++i) {
-          if (t == 1) diag[i].before = turn_snapshot(*caches[i], needles);
-          reqs[i].prompt = pp->turns[t];
-          reqs[i].share_prefill_of = -1;
-          reqs[i].n_predict = t + 1 == n_turns ? sample->max_new_tokens : 0;
-        }
-        GenerationStats st2;
-        QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, &st2));
-        add_turn_stats(st2, &st);
-      }
-      if (n_turns > 1)
-        for (size_t i = 0; i < reqs.size(); ++i) diag[i].after = turn_snapshot(*caches[i], needles);
+      std::vector<std::vector<TurnAnswer>> answers;
+      QEVICT_RETURN_IF_ERROR(run_protocol_turns(model, pool, tok, *pp, *sample,
+                                                sample->max_new_tokens, reqs, go, &st, &answers));
 
       std::string last = fmt::format("{} {} #{}{}:", task, length, si, end ? "" : " " + pname);
-      std::vector<std::string> texts;
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        std::vector<int32_t> ids = reqs[i].output;
-        if (reqs[i].hit_stop && !ids.empty()) ids.pop_back();
-        texts.push_back(tok.decode(ids));
-        if (end && pending[i]->spec == "full")
-          full_output[sample_key(task, length, si)] = texts.back();
-      }
+      // texts[a][i]: answered turn a of request i.
+      std::vector<std::vector<std::string>> texts(answers.size());
+      for (size_t a = 0; a < answers.size(); ++a)
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          std::vector<int32_t> ids = answers[a][i].output;
+          if (answers[a][i].hit_stop && !ids.empty()) ids.pop_back();
+          texts[a].push_back(tok.decode(ids));
+          if (end && pending[i]->spec == "full")
+            full_output[sample_key(task, length, si)] = texts[a].back();
+        }
       if (sample->metric == RulerMetric::kAgreeFull) {
         const auto it = full_output.find(sample_key(task, length, si));
         if (it == full_output.end())
@@ -489,59 +493,70 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
               fmt::format("{} {} #{}: no FullKV output to score against", task, length, si));
         sample->expected = {it->second};
       }
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        const EvalVariant& v = *pending[i];
-        const std::string& text = texts[i];
-        const double score = score_ruler(sample->metric, text, sample->expected);
-        json j;
-        j["task"] = task;
-        j["length"] = length;
-        j["variant"] = v.spec;
-        j["budget"] = v.budget;
-        j["sample"] = si;
-        j["seed"] = sample->seed;
-        j["model"] = opts.model_name;
-        j["haystack"] = opts.haystack;
-        if (w.dataset) j["dataset"] = *w.dataset;
-        j["prompt_tokens"] = n_prompt;
-        j["haystack_units"] = sample->haystack_units;
-        j["max_new_tokens"] = sample->max_new_tokens;
-        j["n_generated"] = reqs[i].output.size();
-        j["hit_stop"] = reqs[i].hit_stop;
-        j["output"] = text;
-        j["expected"] = sample->expected;  // doc_qa, doc_sum: FullKV's output
-        j["score"] = score;
-        j["metric"] = metric_name(sample->metric);
-        if (sample->metric == RulerMetric::kEditSim)
-          j["exact_match"] = code_line_exact(text, sample->expected.at(0));
-        if (!sample->source.empty()) j["source"] = sample->source;
-        // Times are the batch's: all pending variants of this sample ran together.
-        j["batch"] = reqs.size();
-        j["prefill_seconds"] = st.prompt_seconds;
-        j["prefill_parts"] = {{"model", st.prompt_model_seconds},
-                              {"replay", st.prompt_replay_seconds},
-                              {"end_prompt", st.prompt_end_seconds}};
-        j["prefill_shared"] = bool(shared[i]);    // replayed, not recomputed
-        j["prefill_model_tokens"] = st.n_prompt;  // the batch's, by the model
-        j["decode_seconds"] = st.decode_seconds;
-        j["bytes_held"] = caches[i]->bytes_held();
-        j["kv"] = caches[i]->describe();
-        if (!end) {
-          j["protocol"] = pname;
-          j["turn_tokens"] = json::array();
-          for (const auto& t : pp->turns) j["turn_tokens"].push_back(t.size());
-          if (n_turns > 1) j["turns"] = turn_diagnostics_json(diag[i]);
+      int64_t n_lines = 0;
+      for (size_t a = 0; a < answers.size(); ++a) {
+        const std::vector<std::string>& expected =
+            a < pp->expected.size() ? pp->expected[a] : sample->expected;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          const EvalVariant& v = *pending[i];
+          if (cell_done(v, int(a))) continue;  // multi: this turn's line is in the file
+          const TurnAnswer& ans = answers[a][i];
+          const std::string& text = texts[a][i];
+          const double score = score_ruler(sample->metric, text, expected);
+          json j;
+          j["task"] = task;
+          j["length"] = length;
+          j["variant"] = v.spec;
+          j["budget"] = v.budget;
+          j["sample"] = si;
+          j["seed"] = sample->seed;
+          j["model"] = opts.model_name;
+          j["haystack"] = opts.haystack;
+          if (w.dataset) j["dataset"] = *w.dataset;
+          j["prompt_tokens"] = n_prompt;
+          j["haystack_units"] = sample->haystack_units;
+          j["max_new_tokens"] = sample->max_new_tokens;
+          j["n_generated"] = ans.output.size();
+          j["hit_stop"] = ans.hit_stop;
+          j["output"] = text;
+          j["expected"] = expected;  // doc_qa, doc_sum: FullKV's output
+          j["score"] = score;
+          j["metric"] = metric_name(sample->metric);
+          if (sample->metric == RulerMetric::kEditSim)
+            j["exact_match"] = code_line_exact(text, expected.at(0));
+          if (!sample->source.empty()) j["source"] = sample->source;
+          // Times are the batch's: all pending variants of this sample ran together.
+          j["batch"] = reqs.size();
+          j["prefill_seconds"] = st.prompt_seconds;
+          j["prefill_parts"] = {{"model", st.prompt_model_seconds},
+                                {"replay", st.prompt_replay_seconds},
+                                {"end_prompt", st.prompt_end_seconds}};
+          j["prefill_shared"] = bool(shared[i]);    // replayed, not recomputed
+          j["prefill_model_tokens"] = st.n_prompt;  // the batch's, by the model
+          j["decode_seconds"] = st.decode_seconds;
+          j["bytes_held"] = caches[i]->bytes_held();
+          j["kv"] = caches[i]->describe();
+          if (!end) {
+            j["protocol"] = pname;
+            j["turn_tokens"] = turn_tokens();
+            if (answers.size() > 1) j["turn"] = a + 1;  // multi: the question's index
+            if (pp->turns.size() > 1) j["diagnostics"] = turn_diagnostics_json(ans.diag);
+          }
+          out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+          const std::string label = protocol_label(proto, int(a));
+          done.insert(eval_cell_key(task, length, v.spec, v.budget, si, label));
+          ++n_lines;
+          last += fmt::format(" {}", v.spec);
+          if (v.budget > 0) last += fmt::format("@{}", budget_str(v.budget));
+          if (answers.size() > 1) last += fmt::format("/t{}", a + 1);
+          last += fmt::format("={:.2f}", score);
         }
-        out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-        done.insert(eval_cell_key(task, length, v.spec, v.budget, si, pname));
-        last += fmt::format(" {}{}={:.2f}", v.spec, v.budget > 0 ? "@" + budget_str(v.budget) : "",
-                            score);
       }
       out.flush();
       if (!out) return Status::error(fmt::format("{}: write failed", path));
       QEVICT_RETURN_IF_ERROR(gzip_copy(path, gz_path));
-      pr.run_done += int64_t(reqs.size());
-      pr.done += int64_t(reqs.size());
+      pr.run_done += n_lines;
+      pr.done += n_lines;
       pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
       pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
       pr.last = last;

@@ -88,6 +88,9 @@ class PromptFormatter {
   // the last turn, which ends with it and the answer prefix). Raw: the turns' text joined by
   // "\n", the prefix after the last. Error: a template whose rendering of the first turns is
   // not a prefix of its rendering of more.
+  // The template's rendering of msgs (ChatML when the file has none).
+  Expected<std::string> render_messages(const std::vector<ChatMessage>& msgs,
+                                        bool add_generation_prompt) const;
   Expected<std::vector<std::string>> render_turns(const std::vector<std::string>& users,
                                                   const std::string& answer_prefix,
                                                   bool raw = false) const;

@@ -82,6 +82,14 @@ std::string column_name(const std::string& variant, double budget, const std::st
 
 }  // namespace
 
+std::string result_protocol_label(const json& j) {
+  if (!j.contains("protocol") || !j["protocol"].is_string()) return "end";
+  const std::string p = j["protocol"].get<std::string>();
+  if (j.contains("turn") && j["turn"].is_number_integer())
+    return fmt::format("{}.t{}", p, j["turn"].get<int64_t>());
+  return p;
+}
+
 Expected<std::vector<json>> read_eval_results(const std::string& path, int64_t* n_bad) {
   std::vector<json> out;
   if (n_bad) *n_bad = 0;
@@ -106,9 +114,7 @@ std::vector<SummaryRow> summarize(const std::vector<json>& results) {
   using Col = std::tuple<int64_t, std::string, std::string, double>;
   std::map<Col, std::map<std::string, std::vector<double>>> by;
   for (const auto& j : results) {
-    const std::string protocol = j.contains("protocol") && j["protocol"].is_string()
-                                     ? j["protocol"].get<std::string>()
-                                     : "end";
+    const std::string protocol = result_protocol_label(j);
     by[{j["length"].get<int64_t>(), protocol, j["variant"].get<std::string>(),
         j["budget"].get<double>()}][j["task"].get<std::string>()]
         .push_back(j["score"].get<double>());

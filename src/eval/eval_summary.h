@@ -18,6 +18,10 @@ namespace qevict::eval {
 // not parse — the tail of a run killed while writing — is skipped and counted in *n_bad.
 Expected<std::vector<nlohmann::json>> read_eval_results(const std::string& path, int64_t* n_bad);
 
+// The protocol of a result line as cell keys and summary rows name it: "end" for lines
+// without one, "multi.tK" for turn K of multi, else the line's protocol.
+std::string result_protocol_label(const nlohmann::json& j);
+
 struct SummaryRow {
   std::string task;  // "macro" for the mean over tasks
   int64_t length = 0;

@@ -277,6 +277,18 @@ RulerSample niah_sample(const NiahConfig& c, int64_t n, Rng& rng, const RulerRes
                         fmt::arg("context", context), fmt::arg("query", query));
   s.answer_prefix =
       fmt::format(fmt::runtime(prefix), fmt::arg("type_needle_v", tv), fmt::arg("query", query));
+  // Every key asked alone (the multi protocol): the singular rewrite's question and prefix.
+  if (n_keys >= 4 && c.n_values == 1) {
+    const std::string one = std::string(type_v).substr(0, type_v.size() - 1);  // "number"
+    for (int i = 0; i < n_keys; ++i) {
+      const std::string& key = keys[size_t(i)];
+      s.questions.push_back(
+          {fmt::format("What is the special magic {} for {} mentioned in the provided text?", one,
+                       key),
+           fmt::format("The special magic {} for {} mentioned in the provided text is", one, key),
+           values[size_t(i)]});
+    }
+  }
   return s;
 }
 

@@ -40,6 +40,14 @@ struct RulerResources {
   std::shared_ptr<const QaSet> hotpotqa;  // qa_2
 };
 
+// One of a sample's independent questions (the `multi` protocol, eval_protocol.h): one key of
+// a niah task's needles asked alone, in RULER's singular wording, and the key's values.
+struct RulerQuestion {
+  std::string question;       // "What is the special magic number for KEY mentioned ...?"
+  std::string answer_prefix;  // "The special magic number for KEY mentioned ... is"
+  std::vector<std::string> expected;
+};
+
 // One generated prompt. The model sees `input` as the user turn of its chat template and
 // `answer_prefix` as the start of its own turn (RULER's answer prefix, without its leading
 // space), then continues it greedily for at most max_new_tokens.
@@ -64,6 +72,9 @@ struct RulerSample {
   // tasks, --dataset prompts). The evaluation protocols that move the question (after, first:
   // eval_protocol.h) read the parts through sample_context() and sample_question().
   int64_t question_at = -1;
+  // niah tasks with 4 keys of one value each (niah_multikey_1, niah_multiquery): every key's
+  // question, in the order the keys were drawn; empty for the others. Not part of `input`.
+  std::vector<RulerQuestion> questions;
 };
 
 // The prompt without its question (the instruction and the text, trailing whitespace

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "eval/eval_runner.h"
@@ -63,7 +64,7 @@ TEST(PromptSplit, EveryTaskWithAQuestionSplitsAtIt) {
     // Nothing the answer needs is in the question: the needles stay in the text.
     for (const auto& e : s->expected) {
       EXPECT_NE(c.find(e), std::string::npos) << e;
-      if (task != "vt") EXPECT_EQ(q.find(e), std::string::npos) << e;  // vt asks by value
+      EXPECT_EQ(q.find(e), std::string::npos) << e;
     }
   }
 }
@@ -87,9 +88,49 @@ TEST(Protocols, ParsedInOrderEachOnce) {
   EXPECT_FALSE(parse_protocols("end,end").has_value());
   EXPECT_FALSE(parse_protocols("later").has_value());
   EXPECT_FALSE(parse_protocols("").has_value());
-  auto multi = parse_protocols("multi");
-  ASSERT_FALSE(multi.has_value());
-  EXPECT_NE(multi.error().find("not built"), std::string::npos) << multi.error();
+  auto multi = parse_protocols("after,multi");
+  ASSERT_TRUE(multi.has_value()) << multi.error();
+  EXPECT_EQ((*multi)[1], EvalProtocol::kMulti);
+  EXPECT_EQ(protocol_answers(EvalProtocol::kMulti), 4);
+  EXPECT_EQ(protocol_answers(EvalProtocol::kAfter), 1);
+  EXPECT_EQ(protocol_label(EvalProtocol::kMulti, 0), "multi.t1");
+  EXPECT_EQ(protocol_label(EvalProtocol::kMulti, 3), "multi.t4");
+  EXPECT_EQ(protocol_label(EvalProtocol::kAfter, 0), "after");
+}
+
+// multi asks every key of the 4-key niah tasks alone: each question names one key, its
+// expected value is that key's needle in the text, and the prompt of `end` is unchanged.
+TEST(PromptSplit, FourKeyTasksCarryOneQuestionPerKey) {
+  for (const std::string task : {"niah_multikey_1", "niah_multiquery"}) {
+    SCOPED_TRACE(task);
+    auto s = build_ruler_sample(task, 4096, 2, 0, 200, resources());
+    ASSERT_TRUE(s.has_value()) << s.error();
+    ASSERT_EQ(s->questions.size(), 4u);
+    std::set<std::string> values;
+    for (const RulerQuestion& q : s->questions) {
+      ASSERT_EQ(q.expected.size(), 1u);
+      values.insert(q.expected[0]);
+      EXPECT_EQ(q.question.rfind("What is the special magic number for ", 0), 0u) << q.question;
+      const std::string key = q.question.substr(37, q.question.find(" mentioned") - 37);
+      EXPECT_NE(s->input.find("for " + key + " is: " + q.expected[0] + "."), std::string::npos)
+          << key;
+      EXPECT_EQ(q.answer_prefix,
+                "The special magic number for " + key + " mentioned in the provided text is");
+    }
+    EXPECT_EQ(values.size(), 4u) << "four independent keys";
+    // The questions are drawn from the sample, not from its random stream: the prompt is the
+    // one every grid before them saw.
+    auto again = build_ruler_sample(task, 4096, 2, 0, 200, resources());
+    EXPECT_EQ(again->input, s->input);
+  }
+  for (const std::string task : {"niah_single_1", "niah_multikey_2", "niah_multivalue", "vt"}) {
+    auto s = build_ruler_sample(task, 4096, 2, 0, 200, resources());
+    ASSERT_TRUE(s.has_value()) << s.error();
+    EXPECT_TRUE(s->questions.empty()) << task;
+    EXPECT_FALSE(protocol_applies(EvalProtocol::kMulti, task)) << task;
+  }
+  EXPECT_TRUE(protocol_applies(EvalProtocol::kMulti, "niah_multikey_1"));
+  EXPECT_TRUE(protocol_applies(EvalProtocol::kMulti, "niah_multiquery"));
 }
 
 TEST(Protocols, WhichTasksEachAppliesTo) {
@@ -155,6 +196,17 @@ TEST(Protocols, SummaryKeepsProtocolsApart) {
   EXPECT_NE(csv.find("vt,4096,qevict,0.2,4,0.0000,0.0000,0.0000,after"), std::string::npos) << csv;
   const std::string md = summary_markdown(rows);
   EXPECT_NE(md.find("| task | qevict@0.2 | qevict@0.2 [after] |"), std::string::npos) << md;
+
+  // multi: a row per question's turn.
+  json m = result("vt", "multi", 0, 1.0);
+  EXPECT_EQ(result_protocol_label(m), "multi");
+  m["turn"] = 3;
+  EXPECT_EQ(result_protocol_label(m), "multi.t3");
+  EXPECT_EQ(result_protocol_label(result("vt", "", 0, 1.0)), "end");
+  rs.push_back(m);
+  const auto rows3 = summarize(rs);
+  ASSERT_EQ(rows3.size(), 3u);
+  EXPECT_EQ(rows3[2].protocol, "multi.t3");
 }
 
 }  // namespace
