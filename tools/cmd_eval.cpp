@@ -368,8 +368,10 @@ Runner add_eval(CLI::App& app) {
   app.add_option("--protocol", a->protocols,
                  "where the question stands, a comma list of: end (RULER's prompt, the question "
                  "last), after (the text one turn, ended and compressed; the question a second "
-                 "turn), first (the question before the text, a neutral closing request); "
-                 "results of protocols other than end carry it in their cell key")
+                 "turn), first (the question before the text, a neutral closing request), multi "
+                 "(the text, then each of 4 keys asked alone, one per turn; niah_multikey_1 and "
+                 "niah_multiquery); results of protocols other than end carry it in their cell "
+                 "key")
       ->capture_default_str();
   app.add_flag("--prompts-only", a->prompts_only,
                "only build the prompts into --out's prompts.jsonl (no generation, no results)");

@@ -5,7 +5,9 @@
 // route=end) sharing one prefill (engine/prefill_share.h) — scores each output and appends one JSON
 // line per (sample, variant, budget) to DIR/results.jsonl, flushed when the batch is done. A rerun
 // reads that file and skips the cells it holds, so a killed sweep loses at most the batch in
-// flight.
+// flight. Under every --protocol (eval_protocol.h) but `end` the prompt is split into turns:
+// the first shares its prefill as above, later ones are each cache's own, prefilled into the
+// compressed cache; a line per answered turn, keyed by the protocol.
 #pragma once
 
 #include <cstdint>
