@@ -52,6 +52,7 @@ struct EvalArgs {
   std::string code_dir = kDefaultCodeDir;
   bool summary_only = false;
   bool prompts_only = false;
+  std::string protocols = "end";
   KvOptions kv;
 };
 
@@ -225,6 +226,9 @@ int run_eval_cmd(EvalArgs a) {
   o.seed = uint64_t(a.seed);
   o.out_dir = a.out_dir;
   o.prompts_only = a.prompts_only;
+  auto protocols = eval::parse_protocols(a.protocols);
+  if (!protocols) return fail(protocols.error());
+  o.protocols = *protocols;
   o.haystack = eval::haystack_name(a.haystack);
   eval::RulerResources res;
   s = load_inputs(a, &o, &res);
@@ -361,6 +365,14 @@ Runner add_eval(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--summary-only", a->summary_only,
                "only rewrite summary.csv/.md from --out's results.jsonl");
+  app.add_option("--protocol", a->protocols,
+                 "where the question stands, a comma list of: end (RULER's prompt, the question "
+                 "last), after (the text one turn, ended and compressed; the question a second "
+                 "turn), first (the question before the text, a neutral closing request), multi "
+                 "(the text, then each of 4 keys asked alone, one per turn; niah_multikey_1 and "
+                 "niah_multiquery); results of protocols other than end carry it in their cell "
+                 "key")
+      ->capture_default_str();
   app.add_flag("--prompts-only", a->prompts_only,
                "only build the prompts into --out's prompts.jsonl (no generation, no results)");
   add_kv_options(app, a->kv, KvFlagScope::kGrid);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -49,6 +50,7 @@ Status EvalOptions::validate() const {
     if (l < 256) return Status::error(fmt::format("length {} is too short (at least 256)", l));
   if (n_samples <= 0) return Status::error("the number of samples must be positive");
   if (variants.empty()) return Status::error("no variants given");
+  if (protocols.empty()) return Status::error("no protocol given");
   for (double b : budgets)
     if (!(b > 0.0)) return Status::error(fmt::format("budget {} must be positive", b));
   if (prefill_chunk <= 0) return Status::error("prefill chunk must be positive");
@@ -127,8 +129,10 @@ Expected<std::vector<EvalVariant>> expand_variants(const EvalOptions& o) {
 }
 
 std::string eval_cell_key(const std::string& task, int64_t length, const std::string& variant,
-                          double budget, int sample) {
-  return fmt::format("{}|{}|{}|{}|{}", task, length, variant, budget_str(budget), sample);
+                          double budget, int sample, const std::string& protocol) {
+  const std::string key =
+      fmt::format("{}|{}|{}|{}|{}", task, length, variant, budget_str(budget), sample);
+  return protocol == "end" ? key : key + "|" + protocol;
 }
 
 Expected<PromptFormatter> PromptFormatter::from_model(const Model& model, const Tokenizer& tok) {
@@ -157,6 +161,47 @@ Expected<std::vector<int32_t>> PromptFormatter::encode(const std::string& input,
   if (!text) return text.status();
   // A raw prompt is the task's text only: special-token spellings in it stay text.
   return tok_->encode(*text, /*add_special=*/true, /*parse_special=*/!raw);
+}
+
+Expected<std::string> PromptFormatter::render_messages(const std::vector<ChatMessage>& msgs,
+                                                       bool add_generation_prompt) const {
+  if (!tmpl_) return render_chatml(msgs, add_generation_prompt);
+  auto r = tmpl_->render(msgs, add_generation_prompt, tok_->token_to_piece(tok_->bos(), true),
+                         tok_->token_to_piece(tok_->eos(), true));
+  if (!r) return Status::error("chat template: " + r.error());
+  return *r;
+}
+
+Expected<std::vector<std::string>> PromptFormatter::render_turns(
+    const std::vector<std::string>& users, const std::string& answer_prefix, bool raw) const {
+  std::vector<std::string> out;
+  std::string before;  // the rendering of the turns so far
+  std::vector<ChatMessage> msgs;
+  for (size_t i = 0; i < users.size(); ++i) {
+    const bool last = i + 1 == users.size();
+    std::string text;
+    if (raw) {
+      text = (i ? before + "\n" : before) + users[i];
+    } else {
+      msgs.push_back({"user", users[i]});
+      auto r = render_messages(msgs, last);
+      if (!r) return r.status();
+      text = std::move(*r);
+    }
+    if (last) text += answer_prefix;
+    if (text.compare(0, before.size(), before) != 0)
+      return Status::error(fmt::format(
+          "chat template: the rendering of {} user turn(s) does not start with that of {}", i + 1,
+          i));
+    out.push_back(text.substr(before.size()));
+    before = std::move(text);
+  }
+  return out;
+}
+
+Expected<std::vector<int32_t>> PromptFormatter::encode_text(const std::string& text, bool first,
+                                                            bool raw) const {
+  return tok_->encode(text, /*add_special=*/first, /*parse_special=*/!raw);
 }
 
 namespace {
@@ -218,7 +263,7 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
     return fmt::format("{}|{}|{}", task, length, sample);
   };
   for (const auto& j : *old) {
-    if (j.value("variant", "") == "full")
+    if (j.value("variant", "") == "full" && j.value("protocol", "end") == "end")
       full_output[sample_key(j.value("task", ""), j.value("length", int64_t(0)),
                              j.value("sample", 0))] = j.value("output", "");
     const std::string m = j.value("model", "");
@@ -240,7 +285,8 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           path, from_file ? "--dataset" : "built-in", task,
           from_file ? "the generator" : "a --dataset file"));
     done.insert(eval_cell_key(task, j.value("length", int64_t(0)), j.value("variant", ""),
-                              j.value("budget", 0.0), j.value("sample", 0)));
+                              j.value("budget", 0.0), j.value("sample", 0),
+                              result_protocol_label(j)));
   }
   if (opts.prompts_only) done.clear();  // prompts of every cell, run or not
   // A run killed while writing leaves a partial last line: start the next on a fresh line.
@@ -295,11 +341,24 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
     for (const auto& s : d.samples) work.push_back({s.task, s.length, s.sample, &s, &d.path});
   }
 
+  // The protocols each sample runs under (eval_protocol.h): `end` for every task, the others
+  // for the tasks with a separable question.
+  auto protocols_of = [&](const Work& w) {
+    std::vector<EvalProtocol> ps;
+    for (EvalProtocol p : opts.protocols)
+      if (p == EvalProtocol::kEnd || (!w.given && protocol_applies(p, w.task))) ps.push_back(p);
+    return ps;
+  };
   EvalProgress pr;
-  pr.total = int64_t(work.size()) * int64_t(variants->size());
   for (const Work& w : work)
-    for (const auto& v : *variants)
-      pr.skipped += done.count(eval_cell_key(w.task, w.length, v.spec, v.budget, w.sample)) ? 1 : 0;
+    for (EvalProtocol p : protocols_of(w))
+      for (const auto& v : *variants)
+        for (int a = 0; a < protocol_answers(p); ++a) {
+          ++pr.total;
+          const std::string key =
+              eval_cell_key(w.task, w.length, v.spec, v.budget, w.sample, protocol_label(p, a));
+          pr.skipped += done.count(key) ? 1 : 0;
+        }
   pr.done = pr.skipped;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -313,142 +372,196 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
     const std::string& task = w.task;
     const int64_t length = w.length;
     const int si = w.sample;
-    std::vector<const EvalVariant*> pending;
-    for (const auto& v : *variants)
-      if (!done.count(eval_cell_key(task, length, v.spec, v.budget, si))) pending.push_back(&v);
-    if (pending.empty()) continue;
-    auto sample = w.given ? Expected<RulerSample>(*w.given)
-                          : make_ruler_sample(task, length, si, opts.seed, res, count);
-    if (!sample) return sample.status();
-    auto prompt = formatter.encode(sample->input, sample->answer_prefix, sample->raw);
-    if (!prompt) return prompt.status();
-    if (opts.prompts_only) {
-      auto text = formatter.render(sample->input, sample->answer_prefix, sample->raw);
-      if (!text) return text.status();
-      json j{{"task", task},
-             {"length", length},
-             {"sample", si},
-             {"seed", sample->seed},
-             {"prompt_tokens", prompt->size()},
-             {"haystack_units", sample->haystack_units},
-             {"max_new_tokens", sample->max_new_tokens},
-             {"expected", sample->expected},
-             {"metric", metric_name(sample->metric)},
-             {"source", sample->source},
-             {"haystack", opts.haystack},
-             {"chat_template", !sample->raw},
-             {"input", sample->input},
-             {"answer_prefix", sample->answer_prefix},
-             {"prompt", *text}};
-      prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
-      prompts += '\n';
-      pr.run_done += int64_t(pending.size());
-      pr.done += int64_t(pending.size());
+    std::optional<RulerSample> built;  // the sample, built once for all its protocols
+    for (EvalProtocol proto : protocols_of(w)) {
+      const std::string pname = protocol_name(proto);
+      const bool end = proto == EvalProtocol::kEnd;
+      const int n_answers = protocol_answers(proto);
+      auto cell_done = [&](const EvalVariant& v, int answer) {
+        return done.count(eval_cell_key(task, length, v.spec, v.budget, si,
+                                        protocol_label(proto, answer))) > 0;
+      };
+      std::vector<const EvalVariant*> pending;
+      for (const auto& v : *variants)
+        for (int a = 0; a < n_answers; ++a)
+          if (!cell_done(v, a)) {
+            pending.push_back(&v);
+            break;
+          }
+      if (pending.empty()) continue;
+      if (!built) {
+        auto made = w.given ? Expected<RulerSample>(*w.given)
+                            : make_ruler_sample(task, length, si, opts.seed, res, count);
+        if (!made) return made.status();
+        built = std::move(*made);
+      }
+      RulerSample* sample = &*built;
+      auto pp = protocol_prompt(formatter, *sample, proto);
+      if (!pp) return pp.status();
+      const int64_t n_prompt = pp->n_tokens();
+      auto turn_tokens = [&] {
+        json t = json::array();
+        for (const auto& turn : pp->turns) t.push_back(turn.size());
+        return t;
+      };
+      if (opts.prompts_only) {
+        json j{{"task", task},
+               {"length", length},
+               {"sample", si},
+               {"seed", sample->seed},
+               {"prompt_tokens", n_prompt},
+               {"haystack_units", sample->haystack_units},
+               {"max_new_tokens", sample->max_new_tokens},
+               {"expected", sample->expected},
+               {"metric", metric_name(sample->metric)},
+               {"source", sample->source},
+               {"haystack", opts.haystack},
+               {"chat_template", !sample->raw},
+               {"input", sample->input},
+               {"answer_prefix", sample->answer_prefix},
+               {"prompt", pp->texts.back()}};
+        if (!end) {
+          j["protocol"] = pname;
+          j["turns"] = pp->texts;  // each turn's text; "prompt" is the last
+          j["turn_tokens"] = turn_tokens();
+          if (!pp->expected.empty()) j["turn_expected"] = pp->expected;
+        }
+        prompts += j.dump(-1, ' ', false, json::error_handler_t::replace);
+        prompts += '\n';
+        pr.run_done += int64_t(pending.size()) * n_answers;
+        pr.done += int64_t(pending.size()) * n_answers;
+        pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+        pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
+        pr.last = fmt::format("{} {} #{}{}: prompt of {} tokens", task, length, si,
+                              end ? "" : " " + pname, n_prompt);
+        if (progress) progress(pr);
+        continue;
+      }
+      // Room for every turn and every answer (multi: one per question, and a carried token).
+      const int64_t n_ctx = n_prompt + int64_t(pp->answered.size()) * (sample->max_new_tokens + 1) -
+                            (pp->answered.size() == 1 ? 1 : 0);
+      std::vector<std::unique_ptr<SequenceKvCache>> caches;
+      std::vector<GenerationRequest> reqs;
+      for (const EvalVariant* v : pending) {
+        auto c = make_kv_cache(model.kv_shape(), n_ctx, v->params);
+        if (!c)
+          return Status::error(
+              fmt::format("{} at {}: {}", v->spec, budget_str(v->budget), c.error()));
+        caches.push_back(std::move(*c));
+        GenerationRequest r;
+        r.cache = caches.back().get();
+        r.prompt = pp->turns[0];
+        r.sampling.temperature = 0.0f;  // greedy, as RULER
+        r.stop_tokens = stop_tokens;
+        reqs.push_back(std::move(r));
+      }
+      // One prefill per sample: every cache that keeps the whole prompt until end_prompt()
+      // (FullKV, --prefill-route end) replays the first such cache's prefill instead of
+      // running the model again (engine/prefill_share.h). Later turns are each cache's own.
+      int source = -1;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        if (!caches[i]->prefill_keeps_everything()) continue;
+        if (source < 0)
+          source = int(i);
+        else
+          reqs[i].share_prefill_of = source;
+      }
+      std::vector<bool> shared(reqs.size());
+      for (size_t i = 0; i < reqs.size(); ++i) shared[i] = reqs[i].share_prefill_of >= 0;
+      GenerateOptions go;
+      go.prefill_chunk = opts.prefill_chunk;
+      GenerationStats st;
+      std::vector<std::vector<TurnAnswer>> answers;
+      QEVICT_RETURN_IF_ERROR(run_protocol_turns(model, pool, tok, *pp, *sample,
+                                                sample->max_new_tokens, reqs, go, &st, &answers));
+
+      std::string last = fmt::format("{} {} #{}{}:", task, length, si, end ? "" : " " + pname);
+      // texts[a][i]: answered turn a of request i.
+      std::vector<std::vector<std::string>> texts(answers.size());
+      for (size_t a = 0; a < answers.size(); ++a)
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          std::vector<int32_t> ids = answers[a][i].output;
+          if (answers[a][i].hit_stop && !ids.empty()) ids.pop_back();
+          texts[a].push_back(tok.decode(ids));
+          if (end && pending[i]->spec == "full")
+            full_output[sample_key(task, length, si)] = texts[a].back();
+        }
+      if (sample->metric == RulerMetric::kAgreeFull) {
+        const auto it = full_output.find(sample_key(task, length, si));
+        if (it == full_output.end())
+          return Status::error(
+              fmt::format("{} {} #{}: no FullKV output to score against", task, length, si));
+        sample->expected = {it->second};
+      }
+      int64_t n_lines = 0;
+      for (size_t a = 0; a < answers.size(); ++a) {
+        const std::vector<std::string>& expected =
+            a < pp->expected.size() ? pp->expected[a] : sample->expected;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          const EvalVariant& v = *pending[i];
+          if (cell_done(v, int(a))) continue;  // multi: this turn's line is in the file
+          const TurnAnswer& ans = answers[a][i];
+          const std::string& text = texts[a][i];
+          const double score = score_ruler(sample->metric, text, expected);
+          json j;
+          j["task"] = task;
+          j["length"] = length;
+          j["variant"] = v.spec;
+          j["budget"] = v.budget;
+          j["sample"] = si;
+          j["seed"] = sample->seed;
+          j["model"] = opts.model_name;
+          j["haystack"] = opts.haystack;
+          if (w.dataset) j["dataset"] = *w.dataset;
+          j["prompt_tokens"] = n_prompt;
+          j["haystack_units"] = sample->haystack_units;
+          j["max_new_tokens"] = sample->max_new_tokens;
+          j["n_generated"] = ans.output.size();
+          j["hit_stop"] = ans.hit_stop;
+          j["output"] = text;
+          j["expected"] = expected;  // doc_qa, doc_sum: FullKV's output
+          j["score"] = score;
+          j["metric"] = metric_name(sample->metric);
+          if (sample->metric == RulerMetric::kEditSim)
+            j["exact_match"] = code_line_exact(text, expected.at(0));
+          if (!sample->source.empty()) j["source"] = sample->source;
+          // Times are the batch's: all pending variants of this sample ran together.
+          j["batch"] = reqs.size();
+          j["prefill_seconds"] = st.prompt_seconds;
+          j["prefill_parts"] = {{"model", st.prompt_model_seconds},
+                                {"replay", st.prompt_replay_seconds},
+                                {"end_prompt", st.prompt_end_seconds}};
+          j["prefill_shared"] = bool(shared[i]);    // replayed, not recomputed
+          j["prefill_model_tokens"] = st.n_prompt;  // the batch's, by the model
+          j["decode_seconds"] = st.decode_seconds;
+          j["bytes_held"] = caches[i]->bytes_held();
+          j["kv"] = caches[i]->describe();
+          if (!end) {
+            j["protocol"] = pname;
+            j["turn_tokens"] = turn_tokens();
+            if (answers.size() > 1) j["turn"] = a + 1;  // multi: the question's index
+            if (pp->turns.size() > 1) j["diagnostics"] = turn_diagnostics_json(ans.diag);
+          }
+          out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+          const std::string label = protocol_label(proto, int(a));
+          done.insert(eval_cell_key(task, length, v.spec, v.budget, si, label));
+          ++n_lines;
+          last += fmt::format(" {}", v.spec);
+          if (v.budget > 0) last += fmt::format("@{}", budget_str(v.budget));
+          if (answers.size() > 1) last += fmt::format("/t{}", a + 1);
+          last += fmt::format("={:.2f}", score);
+        }
+      }
+      out.flush();
+      if (!out) return Status::error(fmt::format("{}: write failed", path));
+      QEVICT_RETURN_IF_ERROR(gzip_copy(path, gz_path));
+      pr.run_done += n_lines;
+      pr.done += n_lines;
       pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
       pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
-      pr.last = fmt::format("{} {} #{}: prompt of {} tokens", task, length, si, prompt->size());
+      pr.last = last;
       if (progress) progress(pr);
-      continue;
     }
-    const int64_t n_ctx = int64_t(prompt->size()) + sample->max_new_tokens;
-    std::vector<std::unique_ptr<SequenceKvCache>> caches;
-    std::vector<GenerationRequest> reqs;
-    for (const EvalVariant* v : pending) {
-      auto c = make_kv_cache(model.kv_shape(), n_ctx, v->params);
-      if (!c)
-        return Status::error(
-            fmt::format("{} at {}: {}", v->spec, budget_str(v->budget), c.error()));
-      caches.push_back(std::move(*c));
-      GenerationRequest r;
-      r.cache = caches.back().get();
-      r.prompt = *prompt;
-      r.n_predict = sample->max_new_tokens;
-      r.sampling.temperature = 0.0f;  // greedy, as RULER
-      r.stop_tokens = stop_tokens;
-      reqs.push_back(std::move(r));
-    }
-    // One prefill per sample: every cache that keeps the whole prompt until end_prompt()
-    // (FullKV, --prefill-route end) replays the first such cache's prefill instead of
-    // running the model again (engine/prefill_share.h).
-    int source = -1;
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      if (!caches[i]->prefill_keeps_everything()) continue;
-      if (source < 0)
-        source = int(i);
-      else
-        reqs[i].share_prefill_of = source;
-    }
-    GenerateOptions go;
-    go.prefill_chunk = opts.prefill_chunk;
-    GenerationStats st;
-    QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, &st));
-
-    std::string last = fmt::format("{} {} #{}:", task, length, si);
-    std::vector<std::string> texts;
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      std::vector<int32_t> ids = reqs[i].output;
-      if (reqs[i].hit_stop && !ids.empty()) ids.pop_back();
-      texts.push_back(tok.decode(ids));
-      if (pending[i]->spec == "full") full_output[sample_key(task, length, si)] = texts.back();
-    }
-    if (sample->metric == RulerMetric::kAgreeFull) {
-      const auto it = full_output.find(sample_key(task, length, si));
-      if (it == full_output.end())
-        return Status::error(
-            fmt::format("{} {} #{}: no FullKV output to score against", task, length, si));
-      sample->expected = {it->second};
-    }
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      const EvalVariant& v = *pending[i];
-      const std::string& text = texts[i];
-      const double score = score_ruler(sample->metric, text, sample->expected);
-      json j;
-      j["task"] = task;
-      j["length"] = length;
-      j["variant"] = v.spec;
-      j["budget"] = v.budget;
-      j["sample"] = si;
-      j["seed"] = sample->seed;
-      j["model"] = opts.model_name;
-      j["haystack"] = opts.haystack;
-      if (w.dataset) j["dataset"] = *w.dataset;
-      j["prompt_tokens"] = prompt->size();
-      j["haystack_units"] = sample->haystack_units;
-      j["max_new_tokens"] = sample->max_new_tokens;
-      j["n_generated"] = reqs[i].output.size();
-      j["hit_stop"] = reqs[i].hit_stop;
-      j["output"] = text;
-      j["expected"] = sample->expected;  // doc_qa, doc_sum: FullKV's output
-      j["score"] = score;
-      j["metric"] = metric_name(sample->metric);
-      if (sample->metric == RulerMetric::kEditSim)
-        j["exact_match"] = code_line_exact(text, sample->expected.at(0));
-      if (!sample->source.empty()) j["source"] = sample->source;
-      // Times are the batch's: all pending variants of this sample ran together.
-      j["batch"] = reqs.size();
-      j["prefill_seconds"] = st.prompt_seconds;
-      j["prefill_parts"] = {{"model", st.prompt_model_seconds},
-                            {"replay", st.prompt_replay_seconds},
-                            {"end_prompt", st.prompt_end_seconds}};
-      j["prefill_shared"] = reqs[i].share_prefill_of >= 0;  // replayed, not recomputed
-      j["prefill_model_tokens"] = st.n_prompt;              // the batch's, by the model
-      j["decode_seconds"] = st.decode_seconds;
-      j["bytes_held"] = caches[i]->bytes_held();
-      j["kv"] = caches[i]->describe();
-      out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-      done.insert(eval_cell_key(task, length, v.spec, v.budget, si));
-      last += fmt::format(" {}{}={:.2f}", v.spec, v.budget > 0 ? "@" + budget_str(v.budget) : "",
-                          score);
-    }
-    out.flush();
-    if (!out) return Status::error(fmt::format("{}: write failed", path));
-    QEVICT_RETURN_IF_ERROR(gzip_copy(path, gz_path));
-    pr.run_done += int64_t(reqs.size());
-    pr.done += int64_t(reqs.size());
-    pr.elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-    pr.eta = pr.elapsed / double(pr.run_done) * double(pr.total - pr.done);
-    pr.last = last;
-    if (progress) progress(pr);
   }
   if (opts.prompts_only) return write_file_atomic(opts.out_dir + "/prompts.jsonl", prompts);
   return Status::ok();

@@ -5,7 +5,9 @@
 // route=end) sharing one prefill (engine/prefill_share.h) — scores each output and appends one JSON
 // line per (sample, variant, budget) to DIR/results.jsonl, flushed when the batch is done. A rerun
 // reads that file and skips the cells it holds, so a killed sweep loses at most the batch in
-// flight.
+// flight. Under every --protocol (eval_protocol.h) but `end` the prompt is split into turns:
+// the first shares its prefill as above, later ones are each cache's own, prefilled into the
+// compressed cache; a line per answered turn, keyed by the protocol.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "chat/chat_template.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "eval/eval_protocol.h"
 #include "eval/ruler_tasks.h"
 #include "kvcache/params.h"
 #include "model/model.h"
@@ -44,6 +47,8 @@ struct EvalOptions {
   // score, q, window, route_every, sink, local, bits, route (chunk|end), prefill_window, pool
   // (e.g. "qevict:score=age", "qevict:q=0", "qevict:route=end").
   std::vector<std::string> variants = {"full", "qevict"};
+  // Where the question stands (eval_protocol.h); `end` alone is every grid before issue 51.
+  std::vector<EvalProtocol> protocols = {EvalProtocol::kEnd};
   std::vector<double> budgets = {0.2};  // every budgeted variant runs at each; FullKV once
   KvCacheParams base;                   // shared --kv-* options
   KvParamsGiven given;                  // which of them the user set
@@ -65,9 +70,10 @@ struct EvalOptions {
 // Every (variant spec, budget) column: FullKV (no budget) once, the others at every budget.
 Expected<std::vector<EvalVariant>> expand_variants(const EvalOptions& o);
 
-// The key of one result: "task|length|variant|budget|sample".
+// The key of one result: "task|length|variant|budget|sample", and "|protocol" after it for
+// every protocol but `end` (so the files of grids before protocols resume unchanged).
 std::string eval_cell_key(const std::string& task, int64_t length, const std::string& variant,
-                          double budget, int sample);
+                          double budget, int sample, const std::string& protocol = "end");
 
 // Prompts as the model reads them: the user turn of the GGUF's chat template (ChatML when the
 // file has none) with the generation prompt, then the task's answer prefix; `raw` (RulerSample::
@@ -79,6 +85,21 @@ class PromptFormatter {
                                bool raw = false) const;
   Expected<std::vector<int32_t>> encode(const std::string& input, const std::string& answer_prefix,
                                         bool raw = false) const;
+  // A conversation of user turns, as the text each turn appends: turn i is what the template
+  // renders for users[0..i] beyond its rendering of users[0..i-1] (no generation prompt until
+  // the last turn, which ends with it and the answer prefix). Raw: the turns' text joined by
+  // "\n", the prefix after the last. Error: a template whose rendering of the first turns is
+  // not a prefix of its rendering of more.
+  // The template's rendering of msgs (ChatML when the file has none).
+  Expected<std::string> render_messages(const std::vector<ChatMessage>& msgs,
+                                        bool add_generation_prompt) const;
+  Expected<std::vector<std::string>> render_turns(const std::vector<std::string>& users,
+                                                  const std::string& answer_prefix,
+                                                  bool raw = false) const;
+  // Tokens of one turn's text (render_turns): the first with the tokenizer's special
+  // prefix (as encode), the later ones without.
+  Expected<std::vector<int32_t>> encode_text(const std::string& text, bool first,
+                                             bool raw = false) const;
 
  private:
   PromptFormatter(const Tokenizer* tok, std::shared_ptr<const ChatTemplate> tmpl)

@@ -75,11 +75,20 @@ std::pair<double, double> bootstrap(const std::vector<std::vector<double>>& grou
 
 std::string pct(double x) { return fmt::format("{:.1f}", 100.0 * x); }
 
-std::string column_name(const std::string& variant, double budget) {
-  return budget > 0 ? fmt::format("{}@{:g}", variant, budget) : variant;
+std::string column_name(const std::string& variant, double budget, const std::string& protocol) {
+  const std::string c = budget > 0 ? fmt::format("{}@{:g}", variant, budget) : variant;
+  return protocol == "end" ? c : c + " [" + protocol + "]";
 }
 
 }  // namespace
+
+std::string result_protocol_label(const json& j) {
+  if (!j.contains("protocol") || !j["protocol"].is_string()) return "end";
+  const std::string p = j["protocol"].get<std::string>();
+  if (j.contains("turn") && j["turn"].is_number_integer())
+    return fmt::format("{}.t{}", p, j["turn"].get<int64_t>());
+  return p;
+}
 
 Expected<std::vector<json>> read_eval_results(const std::string& path, int64_t* n_bad) {
   std::vector<json> out;
@@ -101,16 +110,18 @@ Expected<std::vector<json>> read_eval_results(const std::string& path, int64_t* 
 }
 
 std::vector<SummaryRow> summarize(const std::vector<json>& results) {
-  // (length, variant, budget) -> task -> scores
-  using Col = std::tuple<int64_t, std::string, double>;
+  // (length, protocol, variant, budget) -> task -> scores
+  using Col = std::tuple<int64_t, std::string, std::string, double>;
   std::map<Col, std::map<std::string, std::vector<double>>> by;
-  for (const auto& j : results)
-    by[{j["length"].get<int64_t>(), j["variant"].get<std::string>(), j["budget"].get<double>()}]
-      [j["task"].get<std::string>()]
-          .push_back(j["score"].get<double>());
+  for (const auto& j : results) {
+    const std::string protocol = result_protocol_label(j);
+    by[{j["length"].get<int64_t>(), protocol, j["variant"].get<std::string>(),
+        j["budget"].get<double>()}][j["task"].get<std::string>()]
+        .push_back(j["score"].get<double>());
+  }
   std::vector<SummaryRow> rows;
   for (const auto& [col, tasks] : by) {
-    const auto& [length, variant, budget] = col;
+    const auto& [length, protocol, variant, budget] = col;
     // The macro over every RULER task present and, when qa_1/qa_2 are among them, beside it
     // the macro without them (the 11 synthetic tasks of the grids before issue 53).
     struct Macro {
@@ -119,7 +130,8 @@ std::vector<SummaryRow> summarize(const std::vector<json>& results) {
       int64_t n = 0;
     } all, synthetic;
     for (const auto& [task, scores] : tasks) {
-      SummaryRow r{task, length, variant, budget, int64_t(scores.size()), mean_of(scores)};
+      SummaryRow r{task,           length, variant, budget, protocol, int64_t(scores.size()),
+                   mean_of(scores)};
       std::tie(r.lo, r.hi) = bootstrap({scores});
       rows.push_back(r);
       if (!is_ruler_task(task)) continue;  // the macro is RULER's: its tasks only
@@ -134,14 +146,16 @@ std::vector<SummaryRow> summarize(const std::vector<json>& results) {
          {std::pair<const char*, const Macro*>{"macro", &all}, {"macro_no_qa", &synthetic}}) {
       if (m->groups.size() <= 1) continue;
       if (m == &synthetic && synthetic.groups.size() == all.groups.size()) continue;
-      SummaryRow r{name, length, variant, budget, m->n, m->sum / double(m->groups.size())};
+      SummaryRow r{
+          name, length, variant, budget, protocol, m->n, m->sum / double(m->groups.size())};
       std::tie(r.lo, r.hi) = bootstrap(m->groups);
       rows.push_back(r);
     }
   }
   std::sort(rows.begin(), rows.end(), [](const SummaryRow& a, const SummaryRow& b) {
     auto key = [](const SummaryRow& r) {
-      return std::make_tuple(r.length, r.task.rfind("macro", 0) == 0, r.task, r.variant, r.budget);
+      return std::make_tuple(r.length, r.task.rfind("macro", 0) == 0, r.task, r.protocol != "end",
+                             r.protocol, r.variant, r.budget);
     };
     return key(a) < key(b);
   });
@@ -149,10 +163,15 @@ std::vector<SummaryRow> summarize(const std::vector<json>& results) {
 }
 
 std::string summary_csv(const std::vector<SummaryRow>& rows) {
-  std::string s = "task,length,variant,budget,n,mean,ci95_low,ci95_high\n";
-  for (const auto& r : rows)
-    s += fmt::format("{},{},{},{:g},{},{:.4f},{:.4f},{:.4f}\n", r.task, r.length, r.variant,
-                     r.budget, r.n, r.mean, r.lo, r.hi);
+  const bool protocols = std::any_of(rows.begin(), rows.end(),
+                                     [](const SummaryRow& r) { return r.protocol != "end"; });
+  std::string s = "task,length,variant,budget,n,mean,ci95_low,ci95_high";
+  s += protocols ? ",protocol\n" : "\n";
+  for (const auto& r : rows) {
+    s += fmt::format("{},{},{},{:g},{},{:.4f},{:.4f},{:.4f}", r.task, r.length, r.variant, r.budget,
+                     r.n, r.mean, r.lo, r.hi);
+    s += protocols ? "," + r.protocol + "\n" : "\n";
+  }
   return s;
 }
 
@@ -174,7 +193,7 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows) {
     std::vector<std::string> cols, tasks;
     std::map<std::pair<std::string, std::string>, const SummaryRow*> cell;
     for (const SummaryRow* r : lr) {
-      const std::string c = column_name(r->variant, r->budget);
+      const std::string c = column_name(r->variant, r->budget, r->protocol);
       if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
       if (std::find(tasks.begin(), tasks.end(), r->task) == tasks.end()) tasks.push_back(r->task);
       cell[{r->task, c}] = r;

@@ -18,11 +18,16 @@ namespace qevict::eval {
 // not parse — the tail of a run killed while writing — is skipped and counted in *n_bad.
 Expected<std::vector<nlohmann::json>> read_eval_results(const std::string& path, int64_t* n_bad);
 
+// The protocol of a result line as cell keys and summary rows name it: "end" for lines
+// without one, "multi.tK" for turn K of multi, else the line's protocol.
+std::string result_protocol_label(const nlohmann::json& j);
+
 struct SummaryRow {
   std::string task;  // "macro" for the mean over tasks
   int64_t length = 0;
   std::string variant;
   double budget = 0.0;
+  std::string protocol = "end";           // eval_protocol.h; lines without one: end
   int64_t n = 0;                          // samples
   double mean = 0.0, lo = 0.0, hi = 0.0;  // score in [0, 1] and its 95 % interval
 };
@@ -31,9 +36,11 @@ struct SummaryRow {
 // seed, so a summary is reproducible.
 std::vector<SummaryRow> summarize(const std::vector<nlohmann::json>& results);
 
+// A protocol column is added when a row's protocol is not `end` (summaries of grids before
+// protocols stay as they were).
 std::string summary_csv(const std::vector<SummaryRow>& rows);
-// One table per length: a row per task (and macro), a column per variant@budget, cells
-// "mean [lo, hi] n" in percent.
+// One table per length: a row per task (and macro), a column per variant@budget (and
+// " [protocol]" when not `end`), cells "mean [lo, hi] n" in percent.
 std::string summary_markdown(const std::vector<SummaryRow>& rows);
 
 // Reads DIR/results.jsonl (or, when absent, the committed DIR/results.jsonl.gz) and writes

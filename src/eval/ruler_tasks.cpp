@@ -277,6 +277,18 @@ RulerSample niah_sample(const NiahConfig& c, int64_t n, Rng& rng, const RulerRes
                         fmt::arg("context", context), fmt::arg("query", query));
   s.answer_prefix =
       fmt::format(fmt::runtime(prefix), fmt::arg("type_needle_v", tv), fmt::arg("query", query));
+  // Every key asked alone (the multi protocol): the singular rewrite's question and prefix.
+  if (n_keys >= 4 && c.n_values == 1) {
+    const std::string one = std::string(type_v).substr(0, type_v.size() - 1);  // "number"
+    for (int i = 0; i < n_keys; ++i) {
+      const std::string& key = keys[size_t(i)];
+      s.questions.push_back(
+          {fmt::format("What is the special magic {} for {} mentioned in the provided text?", one,
+                       key),
+           fmt::format("The special magic {} for {} mentioned in the provided text is", one, key),
+           values[size_t(i)]});
+    }
+  }
   return s;
 }
 
@@ -394,6 +406,18 @@ int64_t min_units(const std::string& task) {
   return kVtHops + 1;              // vt
 }
 
+// Where the question of a RULER task's prompt starts: after the last "\n" before its marker
+// (the templates end with the question; the text before it never holds the marker after
+// its own last occurrence). -1 when the marker is missing.
+int64_t find_question(const std::string& task, const std::string& input) {
+  const char* marker = "\nQuestion: ";  // vt, cwe, fwe
+  if (find_niah(task)) marker = "\nWhat ";
+  if (is_qa_task(task)) marker = "\n\nAnswer the question";
+  const size_t p = input.rfind(marker);
+  if (p == std::string::npos) return -1;
+  return int64_t(input.find_first_not_of('\n', p));
+}
+
 std::string ascii_lower(std::string s) {
   for (char& ch : s)
     if (ch >= 'A' && ch <= 'Z') ch = char(ch - 'A' + 'a');
@@ -488,7 +512,19 @@ Expected<RulerSample> build_ruler_sample(const std::string& task, int64_t length
   s.answer_prefix = strip_leading_space(s.answer_prefix);
   s.max_new_tokens = ruler_max_new_tokens(task);
   s.metric = qa ? RulerMetric::kMatchPart : RulerMetric::kMatchAll;
+  s.question_at = find_question(task, s.input);
   return s;
+}
+
+std::string sample_context(const RulerSample& s) {
+  if (s.question_at < 0) return std::string();
+  const std::string c = s.input.substr(0, size_t(s.question_at));
+  const size_t e = c.find_last_not_of(" \t\n\r\f\v");
+  return e == std::string::npos ? std::string() : c.substr(0, e + 1);
+}
+
+std::string sample_question(const RulerSample& s) {
+  return s.question_at < 0 ? std::string() : s.input.substr(size_t(s.question_at));
 }
 
 Expected<RulerSample> make_ruler_sample(const std::string& task, int64_t length, int sample,

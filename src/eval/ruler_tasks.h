@@ -40,6 +40,14 @@ struct RulerResources {
   std::shared_ptr<const QaSet> hotpotqa;  // qa_2
 };
 
+// One of a sample's independent questions (the `multi` protocol, eval_protocol.h): one key of
+// a niah task's needles asked alone, in RULER's singular wording, and the key's values.
+struct RulerQuestion {
+  std::string question;       // "What is the special magic number for KEY mentioned ...?"
+  std::string answer_prefix;  // "The special magic number for KEY mentioned ... is"
+  std::vector<std::string> expected;
+};
+
 // One generated prompt. The model sees `input` as the user turn of its chat template and
 // `answer_prefix` as the start of its own turn (RULER's answer prefix, without its leading
 // space), then continues it greedily for at most max_new_tokens.
@@ -59,7 +67,21 @@ struct RulerSample {
   // The prompt as plain text, without the chat template (lcc: the file's lines for the model
   // to continue; longdoc_tasks.h says why).
   bool raw = false;
+  // Where the question starts in `input` (byte offset; the instruction and text before it,
+  // whitespace between them), -1 when the prompt has no separable question (the long-document
+  // tasks, --dataset prompts). The evaluation protocols that move the question (after, first:
+  // eval_protocol.h) read the parts through sample_context() and sample_question().
+  int64_t question_at = -1;
+  // niah tasks with 4 keys of one value each (niah_multikey_1, niah_multiquery): every key's
+  // question, in the order the keys were drawn; empty for the others. Not part of `input`.
+  std::vector<RulerQuestion> questions;
 };
+
+// The prompt without its question (the instruction and the text, trailing whitespace
+// stripped) and the question alone; both empty when question_at < 0. context + separator +
+// question is `input`, byte for byte.
+std::string sample_context(const RulerSample& s);
+std::string sample_question(const RulerSample& s);
 
 // Counts the tokens the model will read for a sample's prompt (input, answer_prefix): the chat
 // template included unless the sample is raw.

@@ -41,6 +41,8 @@ Status HeadKvCache::begin(int64_t n_new) {
   n_new_ = n_new;
   // A decode step after a prompt that is routed (chunks) or has none: the decode window.
   if (n_new == 1 && !sched_.prompt_pending()) start_decode_window();
+  // A prompt chunk after decode started: a new turn, whose last queries are the window.
+  if (n_new > 1 && obs_decode_) reopen_prompt_window();
   return Status::ok();
 }
 

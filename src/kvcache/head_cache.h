@@ -32,7 +32,9 @@
 //                over rows (obs_max_kernel), pooled and folded into a running max (1 float),
 //                both reset at every routing event: the window is the queries since the last
 //                event (Ω; w at the family's default), and it costs bytes per kept token that
-//                the budget charges, not w·q_width floats per layer;
+//                the budget charges, not w·q_width floats per layer. A later turn's prompt
+//                (a chunk after decode) opens the query window again: its end ranks by its
+//                own last w queries;
 //   cross_layer  the layers share one budget (Layer-DefensiveKV): every layer's request goes
 //                to the policy first (prepare), then each layer is planned within the share
 //                the policy gave it (layer_budget; the layers' sum is checked);
@@ -145,6 +147,10 @@ class HeadKvCache final : public SequenceKvCache {
   void observe_step(int layer, const float* q);
   // The prompt is routed: free the kept queries, start the decode sums.
   void start_decode_window();
+  // A new prompt (a later turn) after decode started: drop the decode sums and keep that
+  // prompt's last w queries again, so its routing ranks by them (as the tiered cache's
+  // QueryWindow does), not by the decode steps and every query of the turn.
+  void reopen_prompt_window();
   // Fills request_.value_norm, computing ν for the candidates that have none yet.
   Status value_norms(int layer);
   // Removes the candidates (rows first, first + n_cand) that `entries` evict, in place;

@@ -107,6 +107,17 @@ void HeadKvCache::start_decode_window() {
   }
 }
 
+void HeadKvCache::reopen_prompt_window() {
+  obs_decode_ = false;
+  obs_acc_ = 0;
+  obs_q_.reset_count();
+  obs_q_.allocate();
+  for (HeadStore& s : heads_) {
+    std::vector<float>().swap(s.osum);  // rebuilt by start_decode_window()
+    std::vector<float>().swap(s.omax);
+  }
+}
+
 void HeadKvCache::observe(int layer) {
   const int H = shape_.n_kv_heads, g = shape_.group(), d = shape_.head_dim;
   const int64_t qw = shape_.q_width();
