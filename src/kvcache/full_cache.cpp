@@ -96,6 +96,64 @@ void FullKvCache::clear() {
   n_new_ = 0;
 }
 
+Status FullKvCache::truncate(int64_t n) {
+  if (!can_truncate(n))
+    return Status::error(fmt::format("full: cannot truncate {} tokens to {}", n_past_, n));
+  const size_t keep = size_t((n + kPageTokens - 1) / kPageTokens);
+  for (auto& lp : pages_)
+    if (lp.size() > keep) lp.resize(keep);
+  n_past_ = n;
+  n_new_ = 0;
+  return Status::ok();
+}
+
+// State: the dtype, n_past, then every layer's pages that hold tokens, K then V, whole pages
+// (the bytes past n_past in the last page are written too, so a restored cache is identical).
+Status FullKvCache::save_state(ByteWriter& w) const {
+  w.put<uint8_t>(dtype_ == HalfType::kF16 ? 0 : 1);
+  w.put<int64_t>(n_past_);
+  const size_t pages = size_t((n_past_ + kPageTokens - 1) / kPageTokens);
+  const size_t page_elems = size_t(shape_.n_kv_heads) * kPageTokens * shape_.head_dim;
+  for (const auto& lp : pages_)
+    for (size_t i = 0; i < pages; ++i) {
+      w.put_bytes(lp[i].k.data(), page_elems * sizeof(uint16_t));
+      w.put_bytes(lp[i].v.data(), page_elems * sizeof(uint16_t));
+    }
+  return Status::ok();
+}
+
+Status FullKvCache::load_state(ByteReader& r) {
+  uint8_t dt = 0;
+  int64_t n = 0;
+  QEVICT_RETURN_IF_ERROR(r.get(&dt));
+  QEVICT_RETURN_IF_ERROR(r.get(&n));
+  if (dt != (dtype_ == HalfType::kF16 ? 0 : 1))
+    return Status::error("full: the saved state's 16-bit type differs from this cache's");
+  if (n < 0 || n > n_ctx_)
+    return Status::error(
+        fmt::format("full: saved state holds {} tokens, the context is {}", n, n_ctx_));
+  const size_t pages = size_t((n + kPageTokens - 1) / kPageTokens);
+  const size_t page_elems = size_t(shape_.n_kv_heads) * kPageTokens * shape_.head_dim;
+  const size_t need = pages * page_elems * 2 * sizeof(uint16_t) * size_t(shape_.n_layers);
+  if (r.left() < need)
+    return Status::error(
+        fmt::format("full: saved state is truncated ({} bytes of pages, {} left)", need, r.left()));
+  std::vector<std::vector<Page>> loaded(size_t(shape_.n_layers));
+  for (auto& lp : loaded) {
+    lp.resize(pages);
+    for (Page& p : lp) {
+      p.k.resize(page_elems);
+      p.v.resize(page_elems);
+      QEVICT_RETURN_IF_ERROR(r.get_bytes(p.k.data(), page_elems * sizeof(uint16_t)));
+      QEVICT_RETURN_IF_ERROR(r.get_bytes(p.v.data(), page_elems * sizeof(uint16_t)));
+    }
+  }
+  pages_ = std::move(loaded);
+  n_past_ = n;
+  n_new_ = 0;
+  return Status::ok();
+}
+
 size_t FullKvCache::bytes_held() const {
   size_t b = 0;
   for (const auto& lp : pages_)

@@ -42,6 +42,12 @@ class FullKvCache final : public SequenceKvCache {
   void append_prompt(int layer, const float* q, const float* k, const float* v,
                      const PromptExtras& x) override;
   void clear() override;
+  bool can_truncate(int64_t n) const override { return n >= 0 && n <= n_past_; }
+  // Drops the tokens after n and gives back the pages past the last one kept.
+  Status truncate(int64_t n) override;
+  bool can_save_state() const override { return true; }
+  Status save_state(ByteWriter& w) const override;
+  Status load_state(ByteReader& r) override;
   size_t bytes_held() const override;
   std::string describe() const override;
   void report(KvReport* out, ReportDetail detail) const override;

@@ -87,3 +87,24 @@ KvLayerReport KvReport::total() const {
 }
 
 }  // namespace qevict
+
+namespace qevict {
+
+Status SequenceKvCache::truncate(int64_t n) {
+  if (n == n_past()) return Status::ok();
+  return Status::error(fmt::format(
+      "{} cannot drop tokens [{}, {}): they are no longer all in its full-precision local region",
+      describe(), n, n_past()));
+}
+
+Status SequenceKvCache::save_state(ByteWriter& w) const {
+  (void)w;
+  return Status::error(fmt::format("{} cannot write its state", describe()));
+}
+
+Status SequenceKvCache::load_state(ByteReader& r) {
+  (void)r;
+  return Status::error(fmt::format("{} cannot read a saved state", describe()));
+}
+
+}  // namespace qevict

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/byte_io.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -143,6 +144,23 @@ class SequenceKvCache {
 
   // Forgets all tokens (n_past = 0); may keep allocations for reuse.
   virtual void clear() = 0;
+
+  // Sessions (engine/session.h). Whether the tokens at positions [n, n_past) can be dropped,
+  // leaving the cache exactly as if it had stopped at n except for what those tokens' queries
+  // added to scores (n <= n_past; n == n_past always can). FullKV truncates anywhere; a
+  // compressed cache only while every dropped token is still in its full-precision local
+  // region and no routing event has run since they arrived. Default: only n == n_past.
+  virtual bool can_truncate(int64_t n) const { return n == n_past(); }
+  // Drops [n, n_past); errors (nothing changed) when !can_truncate(n).
+  virtual Status truncate(int64_t n);
+  // Whether save_state() writes this cache's whole state (a policy that cannot is saved as its
+  // tokens and re-prefilled on load).
+  virtual bool can_save_state() const { return false; }
+  // Writes / reads every byte that defines the cache's state (tiers, scores, routing clock,
+  // counters); load_state() into a cache made with the same shape, n_ctx and params gives a
+  // cache whose next outputs are bit-identical. Called between forward calls only.
+  virtual Status save_state(ByteWriter& w) const;
+  virtual Status load_state(ByteReader& r);
 
   // Bytes of storage this cache holds right now (allocated, not nominal).
   virtual size_t bytes_held() const = 0;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/byte_io.h"
+#include "core/status.h"
 #include "kvcache/params.h"
 #include "kvcache/routing_observer.h"
 
@@ -73,6 +75,28 @@ class RoutingSchedule {
   size_t peak_bytes() const { return peak_; }
   const RoutingClock& clock() const { return clock_; }
   int route_every() const { return route_every_; }
+
+  // Sessions: the step count, events, peak and pending flag (the clock's times restart).
+  void save(ByteWriter& w) const {
+    w.put<int32_t>(steps_);
+    w.put<int64_t>(events_);
+    w.put<uint64_t>(peak_);
+    w.put<uint8_t>(pending_);
+  }
+  Status load(ByteReader& r) {
+    int32_t steps = 0;
+    int64_t events = 0;
+    uint64_t peak = 0;
+    uint8_t pending = 0;
+    QEVICT_RETURN_IF_ERROR(r.get(&steps));
+    QEVICT_RETURN_IF_ERROR(r.get(&events));
+    QEVICT_RETURN_IF_ERROR(r.get(&peak));
+    QEVICT_RETURN_IF_ERROR(r.get(&pending));
+    if (steps < 0 || events < 0 || pending > 1)
+      return Status::error("session state: a corrupt routing schedule");
+    steps_ = steps, events_ = events, peak_ = size_t(peak), pending_ = pending != 0;
+    return Status::ok();
+  }
 
   // Forgets the sequence (clear()).
   void reset() {

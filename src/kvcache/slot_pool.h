@@ -10,6 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/byte_io.h"
+#include "core/status.h"
+
 namespace qevict {
 
 class SlotPool {
@@ -56,6 +59,11 @@ class SlotPool {
   // the new end are copied into free slots below it. Returns the moves as (old, new) pairs
   // so that the owner can update its slot ids; empty when nothing was released.
   std::vector<std::pair<int32_t, int32_t>> compact();
+
+  // Sessions: every chunk's bytes, the free list (order kept: the next acquire() is the same)
+  // and the bookkeeping's room. load() needs a pool of the same slot and chunk sizes.
+  void save(ByteWriter& w) const;
+  Status load(ByteReader& r);
 
  private:
   size_t slot_bytes_;

@@ -67,6 +67,12 @@ class TieredKvCache final : public SequenceKvCache {
   void append_prompt(int layer, const float* q, const float* k, const float* v,
                      const PromptExtras& x) override;
   void clear() override;
+  // Sessions (tiered_cache_state.cpp): truncation within the local region, save / load.
+  bool can_truncate(int64_t n) const override;
+  Status truncate(int64_t n) override;
+  bool can_save_state() const override { return trace_ == nullptr; }
+  Status save_state(ByteWriter& w) const override;
+  Status load_state(ByteReader& r) override;
   size_t bytes_held() const override;
   std::string describe() const override;
   void report(KvReport* out, ReportDetail detail) const override;

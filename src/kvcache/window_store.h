@@ -79,6 +79,15 @@ class WindowStore {
 
   void clear();
 
+  // Sessions (window_store_state.cpp). Whether every window holding a position >= n is still
+  // in the local region, unrouted (so [n, total) can be dropped); truncate() drops them
+  // (their slots go back to the pools; the window containing n keeps its first tokens).
+  bool can_truncate(int64_t n) const;
+  void truncate(int64_t n);
+  // Every layer's sink, window table, pools, counters; load() checks sizes, ids and slots.
+  void save(ByteWriter& w) const;
+  Status load(ByteReader& r);
+
   // Windows ever created (ids [0, n_windows)); only the kept ones and those evicted at the
   // last routing event still have an entry.
   int32_t n_windows(int layer) const { return layers_[layer].next_id; }
