@@ -61,8 +61,18 @@ if [ ! -f "$sdist" ]; then
   echo "llamacpp: downloading the sdist of llama-cpp-python==$version from PyPI into $sdist_dir ..." >&2
   py=$(command -v python3 || true)
   [ -n "$py" ] || die "python3 is needed to download the sdist (apt-get install python3 python3-pip)"
-  # pip prepares the sdist's metadata (a minute or two): it checks it is a real sdist.
-  if ! "$py" -m pip download --no-binary :all: --no-deps --disable-pip-version-check -q \
+  # The sdist's link and sha256 from PyPI's simple index (curl; seconds). pip download, the
+  # fallback, prepares the sdist's metadata from source with --no-binary :all:, which builds
+  # its build dependencies from source too (tens of minutes on 2 cores).
+  link=$(curl -sSf "https://pypi.org/simple/llama-cpp-python/" 2>/dev/null |
+    grep -o "href=\"[^\"]*/llama_cpp_python-$version.tar.gz#sha256=[0-9a-f]*\"" | head -n1 |
+    sed 's/^href="//; s/"$//') || true
+  if [ -n "$link" ] && curl -sSfLo "$sdist.part" "${link%%#*}" &&
+    [ "$(sha256sum "$sdist.part" | cut -d' ' -f1)" = "${link##*sha256=}" ]; then
+    mv "$sdist.part" "$sdist"
+  fi
+  rm -f "$sdist.part"
+  if [ ! -f "$sdist" ] && ! "$py" -m pip download --no-binary :all: --no-deps --disable-pip-version-check -q \
     "llama-cpp-python==$version" -d "$sdist_dir" >&2; then
     die "could not download llama-cpp-python==$version from PyPI (offline, or no pip?).
           Copy llama_cpp_python-$version.tar.gz by hand into $sdist_dir and run again."
