@@ -99,10 +99,42 @@ def documents(n):
 
 
 def kv_bytes_per_token():
-    out = subprocess.run([args.qevict, "generate", "-m", args.model, "-p", "hi", "-n", "1",
-                          "--kv-stats"], capture_output=True, text=True)
-    m = re.search(r"(\d+) bytes per token", out.stderr + out.stdout)
-    return int(m.group(1)) if m else 12288
+    """f16 K and V bytes of one token over every layer, from the GGUF header's metadata."""
+    import struct
+    keys = {}
+    with open(args.model, "rb") as f:
+        magic, _version, _n_tensors, n_kv = struct.unpack("<IIQQ", f.read(24))
+        assert magic == 0x46554747, "not a GGUF file"
+
+        def rstr():
+            (n,) = struct.unpack("<Q", f.read(8))
+            return f.read(n).decode("utf-8", "replace")
+
+        sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+                 12: "d"}
+
+        def rval(t):
+            if t == 8:
+                return rstr()
+            if t == 9:
+                (et,) = struct.unpack("<I", f.read(4))
+                (n,) = struct.unpack("<Q", f.read(8))
+                if et in sizes:
+                    f.seek(struct.calcsize("<" + sizes[et]) * n, 1)
+                    return None
+                return [rval(et) for _ in range(n)]
+            fmt = "<" + sizes[t]
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+        for _ in range(n_kv):
+            k = rstr()
+            (t,) = struct.unpack("<I", f.read(4))
+            keys[k] = rval(t)
+    arch = keys["general.architecture"]
+    n_head = keys[f"{arch}.attention.head_count"]
+    n_kvh = keys.get(f"{arch}.attention.head_count_kv", n_head)
+    d = keys.get(f"{arch}.attention.key_length", keys[f"{arch}.embedding_length"] // n_head)
+    return 2 * keys[f"{arch}.block_count"] * n_kvh * d * 2
 
 
 class Server:
