@@ -25,7 +25,7 @@ std::optional<SessionMatch> plan_reuse(const std::vector<int32_t>& history, int6
     m.reuse = t;
     m.truncate = true;
   }
-  if (m.reuse < rules.min_tokens) return std::nullopt;
+  if (m.reuse < std::max<int64_t>(rules.min_tokens, 1)) return std::nullopt;
   if (double(m.reuse) < rules.min_fraction * double(history.size())) return std::nullopt;
   return m;
 }
