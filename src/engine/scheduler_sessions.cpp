@@ -208,6 +208,7 @@ void Scheduler::keep_session(Seq& s) {
     evict(old);
   }
   count_sessions();
+  update_held();  // GET /slots lists it before its request's end is reported
 }
 
 bool Scheduler::resume(Seq& s, const SessionMatch& m) {

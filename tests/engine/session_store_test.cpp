@@ -75,7 +75,7 @@ TEST(PlanReuse, ExtendsKeepsEveryCachedTokenAndPrefillsTheRest) {
 TEST(PlanReuse, DivergingInsideTheHistoryRewindsWhenTheCacheCanElseMisses) {
   const auto hist = seq(0, 100);
   const auto prompt = cat(seq(0, 90), seq(5000, 10));  // shares 90 tokens
-  FakeCache full(99, 0, 1);                             // FullKV: anywhere
+  FakeCache full(99, 0, 1);                            // FullKV: anywhere
   auto m = plan_reuse(hist, 99, &full, prompt, kRules);
   ASSERT_TRUE(m);
   EXPECT_EQ(m->reuse, 90);
