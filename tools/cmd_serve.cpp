@@ -3,7 +3,8 @@
 // metrics) is the library src/server/server.h; this file holds the flags, loads the model,
 // runs the scheduler thread, binds the socket and handles signals. Every cache draws from one
 // pool of --kv-pool-bytes; a request's kv_<key> fields (kv_policy, kv_budget, kv_q, ...) override
-// the --kv-* flags.
+// the --kv-* flags. Conversation reuse (docs/server.md) is on unless --no-cache-prompt;
+// --session-dir and --max-sessions say where idle conversations go.
 #include <fmt/format.h>
 #include <httplib.h>
 

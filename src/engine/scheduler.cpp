@@ -181,10 +181,10 @@ void Scheduler::admit() {
 void Scheduler::account(const Seq& s) {
   KvReport r;
   s.cache->report(&r);
-  const KvLayerReport t = r.total();
-  metrics_.evictions += t.evictions;
-  metrics_.promotions += t.promotions;
-  metrics_.demotions += t.demotions;
+  const KvLayerReport t = r.total();  // a resumed cache's counters include earlier turns'
+  metrics_.evictions += t.evictions - s.base.evictions;
+  metrics_.promotions += t.promotions - s.base.promotions;
+  metrics_.demotions += t.demotions - s.base.demotions;
 }
 
 void Scheduler::finish(Seq& s, const std::string& reason) {
@@ -192,7 +192,10 @@ void Scheduler::finish(Seq& s, const std::string& reason) {
   // The conversation is kept (and written through) before its end is reported: a client
   // that has its answer can resume it, here or on another server sharing session_dir.
   if (opts_.cache_prompt) {
-    account(s);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      account(s);
+    }
     keep_session(s);
   }
   s.out->push({ServeEvent::Kind::kDone, -1, reason, ""});
@@ -238,7 +241,10 @@ bool Scheduler::step() {
       }
       // A client that left after the prompt's end: its conversation is still whole.
       if (opts_.cache_prompt && s->decoding && s->cache) {
-        account(*s);
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          account(*s);
+        }
         keep_session(*s);
       }
     }

@@ -8,6 +8,7 @@
 
 #include "engine/sampling.h"
 #include "engine/scheduler.h"
+#include "kvcache/report.h"
 
 namespace qevict {
 
@@ -23,6 +24,7 @@ struct Scheduler::Seq {
   bool named = false;
   int64_t cached = 0;               // prompt tokens reused from a session
   std::vector<int32_t> out_tokens;  // generated, a stop token included
+  KvLayerReport base;               // a resumed cache's counters when it was resumed
   size_t reserved = 0;
   int64_t fed = 0;  // prompt tokens given to the model
   bool decoding = false;

@@ -219,6 +219,9 @@ bool Scheduler::resume(Seq& s, const SessionMatch& m) {
   // An evicted automatic session's file is stale once resumed (a named one is rewritten).
   if (!e.named && !e.path.empty()) std::remove(e.path.c_str());
   s.cache = std::move(e.cache);
+  KvReport r;
+  s.cache->report(&r);
+  s.base = r.total();
   s.kv = e.kv;
   s.cache_ctx = e.n_ctx;
   s.id = e.id;

@@ -70,7 +70,8 @@ std::optional<SessionMatch> SessionStore::match(const std::string& id,
   std::optional<SessionMatch> best;
   uint64_t best_tick = 0;
   for (const auto& [eid, e] : entries_) {
-    if (!id.empty() && eid != id) continue;
+    // A named conversation is its client's: resumed (and rewritten) only under its id.
+    if (id.empty() ? e.named : eid != id) continue;
     if (e.key != key || e.n_ctx < n_ctx_needed) continue;
     auto m = plan_reuse(e.tokens, e.n_past, e.cache.get(), prompt, rules);
     if (!m) continue;

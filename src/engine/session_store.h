@@ -78,8 +78,9 @@ class SessionStore {
   // Adds an idle session, most recently used; replaces one with the same id.
   void put(SessionEntry e);
   // The session `prompt` should resume: with an id, that session only; without, the one of
-  // the longest reuse among all (in memory or on disk) of the same key and a context of at
-  // least n_ctx_needed tokens; nullopt: a miss.
+  // the longest reuse among the unnamed ones (in memory or on disk; a named conversation is
+  // its client's, not to be continued by another) of the same key and a context of at least
+  // n_ctx_needed tokens; nullopt: a miss.
   std::optional<SessionMatch> match(const std::string& id, const std::vector<int32_t>& prompt,
                                     const std::string& key, int64_t n_ctx_needed,
                                     const MatchRules& rules) const;

@@ -140,6 +140,16 @@ TEST(SessionStore, LongestPrefixWinsAmongSessionsOfTheSameKeyAndContext) {
   EXPECT_EQ(m->reuse, 60);
   EXPECT_TRUE(m->truncate);
   EXPECT_FALSE(st.match("nobody", cat(a, seq(2000, 5)), "k", 200, kRules));
+  // A named session is resumed under its name only.
+  SessionEntry n = entry("named", cat(a, seq(3000, 50)), 0, 10);
+  n.named = true;
+  st.put(std::move(n));
+  m = st.match("", cat(cat(a, seq(3000, 50)), seq(9, 2)), "k", 200, kRules);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->id, "a");
+  m = st.match("named", cat(cat(a, seq(3000, 50)), seq(9, 2)), "k", 200, kRules);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->reuse, 149);
   m = st.match("a", cat(a, seq(2000, 5)), "k", 200, kRules);
   ASSERT_TRUE(m);
   EXPECT_EQ(m->id, "a");
