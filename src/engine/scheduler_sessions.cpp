@@ -115,11 +115,12 @@ bool Scheduler::restore(const std::string& id, const std::string& path, bool nam
   fill_bytes(&e);
   e.last_used_unix = int64_t(std::time(nullptr));
   store_.put(std::move(e));
-  if (!make_room(0, id)) {  // no room even with every other idle session gone
-    store_.to_disk(id);
-    count_sessions();
-    return false;
-  }
+  // Its bytes count like any idle session's (the request may yet wait for room): older ones
+  // make way, and when even that is not enough it goes back to disk (it is the newest, so
+  // the last evicted).
+  make_room(0, "");
+  const SessionEntry* back = store_.find(id);
+  if (!back || !back->in_memory()) return false;
   std::lock_guard<std::mutex> lk(mu_);
   ++metrics_.sessions_restored;
   return true;
