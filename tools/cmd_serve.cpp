@@ -3,13 +3,15 @@
 // metrics) is the library src/server/server.h; this file holds the flags, loads the model,
 // runs the scheduler thread, binds the socket and handles signals. Every cache draws from one
 // pool of --kv-pool-bytes; a request's kv_<key> fields (kv_policy, kv_budget, kv_q, ...) override
-// the --kv-* flags.
+// the --kv-* flags. Conversation reuse (docs/server.md) is on unless --no-cache-prompt;
+// --session-dir and --max-sessions say where idle conversations go.
 #include <fmt/format.h>
 #include <httplib.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "cli_common.h"
@@ -34,6 +36,9 @@ struct ServeArgs {
   int prefill_chunk = 256;
   int64_t max_body = 1 << 20;
   int http_threads = 96;
+  bool no_cache_prompt = false;
+  std::string session_dir;
+  int max_sessions = 16;
 };
 
 std::atomic<bool> g_stop{false};
@@ -101,6 +106,17 @@ int run_serve(const ServeArgs& a) {
   so.max_queue = a.max_queue;
   so.max_batch = a.parallel;
   so.prefill_chunk = a.prefill_chunk;
+  so.cache_prompt = !a.no_cache_prompt;
+  so.session_dir = a.session_dir;
+  so.max_sessions = a.max_sessions;
+  if (!a.session_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.session_dir, ec);
+    if (!std::filesystem::is_directory(a.session_dir, ec))
+      return fail(fmt::format("--session-dir: cannot make the directory '{}'", a.session_dir));
+    if (a.no_cache_prompt)
+      return fail("--session-dir needs conversation reuse (no --no-cache-prompt)");
+  }
   if (so.kv_pool_bytes == 0)
     return fail(
         fmt::format("--kv-pool-bytes: '{}' is not a size (e.g. 1073741824, 512M, 2G)", a.pool));
@@ -189,6 +205,21 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--http-threads", a->http_threads, "connections served at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_flag("--no-cache-prompt", a->no_cache_prompt,
+               "prefill every request's whole prompt into a new cache; by default a finished "
+               "request's cache and tokens stay as a conversation, and a request whose prompt "
+               "starts with one resumes it, prefilling only its new tokens (llama-server's "
+               "--cache-prompt)");
+  app.add_option("--session-dir", a->session_dir,
+                 "directory for conversations: idle ones evicted from the KV pool are written "
+                 "here (else dropped) and read back when resumed; a conversation named by "
+                 "X-Session-Id or `user` is also written here after each turn, so that another "
+                 "server sharing the directory can resume it");
+  app.add_option("--max-sessions", a->max_sessions,
+                 "idle conversations kept in memory; beyond, the least recently used go to "
+                 "--session-dir (or are dropped)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   return [a] { return run_serve(*a); };
 }
 

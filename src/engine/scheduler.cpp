@@ -2,10 +2,13 @@
 #include "engine/scheduler.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 
 #include "engine/prompt_drive.h"
+#include "engine/scheduler_seq.h"
 #include "kvcache/budget.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
@@ -36,6 +39,7 @@ Status SchedulerOptions::validate() const {
   if (max_queue < 0) return Status::error("--max-queue must be >= 0");
   if (max_batch < 1) return Status::error("--parallel must be >= 1");
   if (prefill_chunk < 1) return Status::error("--prefill-chunk must be >= 1");
+  if (max_sessions < 0) return Status::error("--max-sessions must be >= 0");
   return Status::ok();
 }
 
@@ -43,21 +47,6 @@ Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int
                                    const KvCacheParams& p, int prefill_chunk) {
   return max_cache_bytes(shape, prompt_len, max_tokens, p, prefill_chunk);  // the row's bound
 }
-
-struct Scheduler::Seq {
-  ServeRequest req;
-  std::shared_ptr<ServeStream> out;
-  std::unique_ptr<SequenceKvCache> cache;
-  size_t reserved = 0;
-  int64_t fed = 0;  // prompt tokens given to the model
-  bool decoding = false;
-  bool done = false;
-  bool failed = false;
-  int generated = 0;
-  int32_t next = -1;
-  std::vector<float> logits;
-  std::unique_ptr<Sampler> sampler;
-};
 
 Scheduler::Scheduler(Model& model, ThreadPool& pool, const SchedulerOptions& opts)
     : model_(model), pool_(pool), opts_(opts) {
@@ -85,9 +74,13 @@ SubmitResult Scheduler::submit(ServeRequest r) {
     res.error = st.message();
   }
   size_t need = 0;
+  Resolved rv;
   if (res.status == 200) {
-    auto b = reservation_bytes(model_.kv_shape(), int64_t(r.prompt.size()), r.max_tokens, r.kv,
-                               opts_.prefill_chunk);
+    auto rs = resolve(r);
+    if (rs) rv = *rs;
+    auto b = !rs ? Expected<size_t>(rs.status())
+                 : reservation_bytes(model_.kv_shape(), int64_t(r.prompt.size()), r.max_tokens,
+                                     rv.kv, opts_.prefill_chunk);
     if (!b) {
       res.status = 400;
       res.error = b.error();
@@ -115,6 +108,10 @@ SubmitResult Scheduler::submit(ServeRequest r) {
   s->out = std::make_shared<ServeStream>();
   s->out->prompt_tokens_ = int64_t(r.prompt.size());
   s->reserved = need;
+  s->kv = rv.kv;
+  s->cache_ctx = rv.n_ctx;
+  s->floored = rv.floored;
+  if (opts_.cache_prompt) s->key = kv_params_key(rv.kv);
   s->sampler = std::make_unique<Sampler>(r.sampling);
   s->req = std::move(r);
   res.stream = s->out;
@@ -132,49 +129,76 @@ SchedulerMetrics Scheduler::metrics() const {
 }
 
 void Scheduler::admit() {
-  std::lock_guard<std::mutex> lk(mu_);
   // First come, first served: a request that does not fit waits, and so do those behind it
-  // (no starvation of long requests by short ones).
-  while (!waiting_.empty() && int(active_.size()) < opts_.max_batch) {
-    Seq& s = *waiting_.front();
-    if (s.out->cancelled()) {
-      ++metrics_.cancelled;
-      waiting_.pop_front();
-      continue;
+  // (no starvation of long requests by short ones). Only this thread pops waiting_, so the
+  // front stays while the lock is released (restoring a session reads a file).
+  for (;;) {
+    Seq* sp = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      metrics_.waiting = int64_t(waiting_.size());
+      if (waiting_.empty() || int(active_.size()) >= opts_.max_batch) return;
+      sp = waiting_.front().get();
+      if (sp->out->cancelled()) {
+        ++metrics_.cancelled;
+        waiting_.pop_front();
+        continue;
+      }
     }
-    if (metrics_.reserved_bytes + s.reserved > opts_.kv_pool_bytes) break;
-    auto c =
-        make_kv_cache(model_.kv_shape(), int64_t(s.req.prompt.size()) + s.req.max_tokens, s.req.kv);
-    if (!c) {
-      s.out->push({ServeEvent::Kind::kError, -1, "", c.error()});
-      ++metrics_.failed;
-      waiting_.pop_front();
-      continue;
+    Seq& s = *sp;
+    std::optional<SessionMatch> m;
+    if (opts_.cache_prompt) m = find_session(s);
+    if (!make_room(s.reserved, m ? m->id : "")) return;  // waits; sessions as they were
+    if (!(m && resume(s, *m))) {
+      auto c = make_kv_cache(model_.kv_shape(), s.cache_ctx, s.kv);
+      if (!c) {
+        s.out->push({ServeEvent::Kind::kError, -1, "", c.error()});
+        std::lock_guard<std::mutex> lk(mu_);
+        ++metrics_.failed;
+        waiting_.pop_front();
+        continue;
+      }
+      s.cache = std::move(*c);
+      KvReport r;
+      s.cache->report(&r);
+      if (r.budget.floored) s.floored = true;
+      if (opts_.cache_prompt) {
+        if (s.id.empty()) s.id = fmt::format("auto-{}-{}", int64_t(::getpid()), next_auto_++);
+        std::lock_guard<std::mutex> lk(mu_);
+        ++metrics_.session_misses;
+      }
     }
-    s.cache = std::move(*c);
-    KvReport r;
-    s.cache->report(&r);
-    if (r.budget.floored) ++metrics_.budget_floored;
     s.logits.resize(size_t(model_.config().n_vocab));
-    metrics_.reserved_bytes += s.reserved;
+    reserved_ += s.reserved;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (s.floored) ++metrics_.budget_floored;
+    metrics_.reserved_bytes = reserved_;
     active_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  metrics_.waiting = int64_t(waiting_.size());
 }
 
 void Scheduler::account(const Seq& s) {
   KvReport r;
   s.cache->report(&r);
-  const KvLayerReport t = r.total();
-  metrics_.evictions += t.evictions;
-  metrics_.promotions += t.promotions;
-  metrics_.demotions += t.demotions;
+  const KvLayerReport t = r.total();  // a resumed cache's counters include earlier turns'
+  metrics_.evictions += t.evictions - s.base.evictions;
+  metrics_.promotions += t.promotions - s.base.promotions;
+  metrics_.demotions += t.demotions - s.base.demotions;
 }
 
 void Scheduler::finish(Seq& s, const std::string& reason) {
-  s.out->push({ServeEvent::Kind::kDone, -1, reason, ""});
   s.done = true;
+  // The conversation is kept (and written through) before its end is reported: a client
+  // that has its answer can resume it, here or on another server sharing session_dir.
+  if (opts_.cache_prompt) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      account(s);
+    }
+    keep_session(s);
+  }
+  s.out->push({ServeEvent::Kind::kDone, -1, reason, ""});
   // Counted now: the server cancels a stream once it has sent it whole, which must not
   // turn an answered request into a cancelled one.
   std::lock_guard<std::mutex> lk(mu_);
@@ -196,6 +220,7 @@ void Scheduler::sample(Seq& s) {
     std::lock_guard<std::mutex> lk(mu_);
     ++metrics_.generated_tokens;
   }
+  s.out_tokens.push_back(tok);
   const auto& stops = s.req.stop_tokens;
   if (std::find(stops.begin(), stops.end(), tok) != stops.end()) return finish(s, "stop");
   s.out->push({ServeEvent::Kind::kToken, tok, "", ""});
@@ -210,17 +235,29 @@ bool Scheduler::step() {
   for (auto& s : active_) {
     if (s->out->cancelled() && !s->done) {
       s->done = true;
-      std::lock_guard<std::mutex> lk(mu_);
-      ++metrics_.cancelled;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++metrics_.cancelled;
+      }
+      // A client that left after the prompt's end: its conversation is still whole.
+      if (opts_.cache_prompt && s->decoding && s->cache) {
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          account(*s);
+        }
+        keep_session(*s);
+      }
     }
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& s : active_)
       if (s->done) {
-        account(*s);
-        metrics_.reserved_bytes -= s->reserved;
+        if (s->cache) account(*s);
+        reserved_ -= s->reserved;
+        s->reserved = 0;
       }
+    metrics_.reserved_bytes = reserved_;
     active_.erase(
         std::remove_if(active_.begin(), active_.end(), [](const auto& s) { return s->done; }),
         active_.end());
@@ -236,7 +273,7 @@ bool Scheduler::step() {
     if (s->decoding) {
       segs.push_back({s->cache.get(), &s->next, 1, false, s->logits.data()});
       decoding.push_back(s.get());
-    } else if (!prefill) {
+    } else if (!prefill && !s->done) {
       prefill = s.get();
       chunk = std::min<int64_t>(opts_.prefill_chunk, int64_t(s->req.prompt.size()) - s->fed);
       const bool last = s->fed + chunk == int64_t(s->req.prompt.size());
@@ -284,7 +321,10 @@ bool Scheduler::step() {
 
 void Scheduler::update_held() {
   size_t held = 0, full = 0, quant = 0, sink = 0;
+  std::vector<SlotInfo> slots;
+  const int64_t now = int64_t(std::time(nullptr));
   for (auto& s : active_) {
+    if (!s->cache) continue;  // finished: its cache is a session now
     held += s->cache->bytes_held();
     KvReport r;
     s->cache->report(&r);
@@ -293,13 +333,25 @@ void Scheduler::update_held() {
       quant += l.bytes_quant;
       sink += l.bytes_sink;
     }
+    if (opts_.cache_prompt && !s->done)
+      slots.push_back({s->id, s->fed + int64_t(s->out_tokens.size()), s->cache->n_past(),
+                       s->kv.policy, s->cache->bytes_held(), "active", now});
   }
+  for (const auto& [id, e] : store_.entries())
+    slots.push_back({id, int64_t(e.tokens.size()), e.n_past, e.kv.policy, e.bytes,
+                     e.in_memory() ? "idle" : "on disk", e.last_used_unix});
   std::lock_guard<std::mutex> lk(mu_);
   metrics_.held_bytes = held;
   metrics_.held_full = full;
   metrics_.held_quant = quant;
   metrics_.held_sink = sink;
-  metrics_.max_held_bytes = std::max(metrics_.max_held_bytes, held);
+  metrics_.max_held_bytes = std::max(metrics_.max_held_bytes, held + store_.bytes());
+  slots_ = std::move(slots);
+}
+
+std::vector<SlotInfo> Scheduler::slots() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return slots_;
 }
 
 void Scheduler::run(const std::atomic<bool>& stop) {

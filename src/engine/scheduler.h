@@ -13,6 +13,25 @@
 // cancelled request gives its reservation back at the next step. So long and short
 // conversations, FullKV, quantized and budgeted, share one pool by what each can really
 // hold, and the bytes held never exceed the pool.
+//
+// Conversation reuse (SchedulerOptions::cache_prompt, issue 50 item 2, as llama-server's
+// --cache-prompt): a finished request's cache and history stay as an idle session
+// (engine/session_store.h); a request whose prompt shares a long enough prefix with one resumes
+// it, rewinding when the cache can, and prefills only its new tokens (in chunks, then the
+// prompt's end, as Session::append). Idle sessions are held in the pool at their real bytes:
+// reservations of the admitted requests + bytes of the idle sessions <= the pool. An admission
+// that needs room writes idle sessions to session_dir (or drops them), least recently used
+// first; a request for a session on disk restores it exactly (Session::deserialize). A
+// session named by the client (ServeRequest::session_id) is also written through to
+// session_dir/<id>.qvs at the end of each turn, before the request's end is reported, so that
+// another server sharing the directory can resume it. Only a policy whose cache can write its
+// state (FullKV, the tiered cache) is written; other sessions are dropped instead.
+// With reuse on, a cache is made for the server's whole context (n_ctx) so that a conversation
+// can grow, and a budget given as a fraction is first made bytes, of the request's own context
+// (prompt + max_tokens): the budget a request gets does not change. A session is resumed only
+// by a request whose params (with the budget so made bytes) equal its own: a fraction budget
+// of a longer conversation is a larger budget, hence a miss; give budgets in bytes to reuse
+// compressed conversations.
 #pragma once
 
 #include <atomic>
@@ -21,12 +40,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/sampling.h"
+#include "engine/session_store.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/params.h"
 #include "model/model.h"
@@ -39,6 +60,7 @@ struct ServeRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // end of generation (not emitted)
   KvCacheParams kv;                  // validated, the policy's defaults applied
+  std::string session_id;            // the conversation (empty: matched by prefix alone)
 };
 
 struct ServeEvent {
@@ -58,6 +80,9 @@ class ServeStream {
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
   int64_t prompt_tokens() const { return prompt_tokens_; }
+  // Prompt tokens reused from a session (not prefilled); set when the request is admitted,
+  // before its first event.
+  int64_t cached_tokens() const { return cached_.load(); }
 
  private:
   friend class Scheduler;
@@ -67,6 +92,7 @@ class ServeStream {
   std::deque<ServeEvent> q_;
   std::atomic<bool> cancelled_{false};
   int64_t prompt_tokens_ = 0;
+  std::atomic<int64_t> cached_{0};
 };
 
 struct SchedulerOptions {
@@ -75,6 +101,12 @@ struct SchedulerOptions {
   int max_queue = 64;        // waiting requests; beyond, submit() refuses
   int max_batch = 32;        // sequences admitted at once
   int prefill_chunk = 256;   // prompt tokens per step (one prompt per step)
+  // Conversation reuse (see the file comment).
+  bool cache_prompt = false;
+  std::string session_dir;          // idle sessions evicted from memory, and named ones, go here
+  int max_sessions = 16;            // idle sessions in memory at most
+  int64_t min_reuse_tokens = 32;    // a shorter reuse is a miss
+  double min_reuse_fraction = 0.5;  // so is reusing less than this share of the session
   Status validate() const;
 };
 
@@ -91,6 +123,21 @@ struct SchedulerMetrics {
   int64_t evictions = 0, promotions = 0, demotions = 0;  // of finished and active sequences
   double decode_seconds = 0.0;                           // wall time of steps that decoded
   int64_t decode_tokens = 0;                             // tokens those steps generated
+  // Conversation reuse.
+  int64_t sessions_in_memory = 0, sessions_on_disk = 0;
+  int64_t session_hits = 0, session_misses = 0, reused_tokens = 0;
+  int64_t sessions_written = 0, sessions_dropped = 0, sessions_restored = 0;
+  size_t session_bytes = 0, session_full = 0, session_quant = 0, session_sink = 0;
+};
+
+// One conversation, as GET /slots lists it.
+struct SlotInfo {
+  std::string id;
+  int64_t tokens = 0, n_past = 0;
+  std::string policy;
+  size_t bytes = 0;
+  std::string state;      // "active" | "idle" | "on disk"
+  int64_t last_used = 0;  // Unix seconds
 };
 
 // What submit() says: a stream, or the HTTP status and message of a refusal.
@@ -120,6 +167,8 @@ class Scheduler {
   void run(const std::atomic<bool>& stop);
   void wake();
   SchedulerMetrics metrics() const;
+  // Every conversation (the running requests and the stored sessions), after the last step.
+  std::vector<SlotInfo> slots() const;
 
  private:
   struct Seq;
@@ -128,7 +177,23 @@ class Scheduler {
   void fail(Seq& s, const std::string& error);
   void sample(Seq& s);
   void account(const Seq& s);
-  void update_held();  // metrics_.held_* from the active caches
+  void update_held();  // metrics_.held_* from the active caches, and the slots
+  // Conversation reuse (scheduler_sessions.cpp).
+  struct Resolved {
+    KvCacheParams kv;
+    int64_t n_ctx = 0;
+    bool floored = false;
+  };
+  Expected<Resolved> resolve(const ServeRequest& r) const;
+  std::optional<SessionMatch> find_session(Seq& s);
+  bool restore(const std::string& id, const std::string& path, bool named);
+  bool make_room(size_t need, const std::string& except);
+  void evict(const std::string& id);
+  void keep_session(Seq& s);
+  Status write_session(SessionEntry& e, const std::string& path);
+  std::string session_path(const std::string& id) const;
+  bool resume(Seq& s, const SessionMatch& m);
+  void count_sessions();
 
   Model& model_;
   ThreadPool& pool_;
@@ -137,7 +202,11 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> active_;  // scheduler thread only
+  SessionStore store_;                        // scheduler thread only
+  size_t reserved_ = 0;                       // scheduler thread's copy of reserved_bytes
+  int64_t next_auto_ = 1;
   SchedulerMetrics metrics_;
+  std::vector<SlotInfo> slots_;  // mu_
 };
 
 }  // namespace qevict

@@ -42,6 +42,19 @@ Expected<std::unique_ptr<Session>> Session::create(Model& model, const SessionOp
   return std::unique_ptr<Session>(new Session(model, o, std::move(cache.value())));
 }
 
+std::unique_ptr<Session> Session::adopt(Model& model, const SessionOptions& opts,
+                                        std::unique_ptr<SequenceKvCache> cache,
+                                        std::vector<int32_t> tokens) {
+  std::unique_ptr<Session> s(new Session(model, opts, std::move(cache)));
+  s->tokens_ = std::move(tokens);
+  return s;
+}
+
+std::unique_ptr<SequenceKvCache> Session::release_cache() {
+  broken_ = true;
+  return std::move(cache_);
+}
+
 void Session::counters(int64_t* promotions, int64_t* demotions, int64_t* evictions) const {
   KvReport r;
   cache_->report(&r, ReportDetail::kSummary);

@@ -56,6 +56,14 @@ struct TurnStats {
 class Session {
  public:
   static Expected<std::unique_ptr<Session>> create(Model& model, const SessionOptions& opts);
+  // A session over a cache made elsewhere (the server's scheduler) that has consumed
+  // tokens[0, cache->n_past()); opts must be what the cache was made with (kv, n_ctx =
+  // cache->n_ctx()), as serialize() writes them for deserialize() to remake it.
+  static std::unique_ptr<Session> adopt(Model& model, const SessionOptions& opts,
+                                        std::unique_ptr<SequenceKvCache> cache,
+                                        std::vector<int32_t> tokens);
+  // Gives the cache back to the caller; the session is unusable afterwards.
+  std::unique_ptr<SequenceKvCache> release_cache();
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
   SequenceKvCache& cache() { return *cache_; }

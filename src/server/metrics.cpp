@@ -27,8 +27,11 @@ std::string prometheus_metrics(const SchedulerMetrics& m) {
   add("kv_pool_bytes", "gauge", "the KV byte pool", double(m.pool_bytes));
   add("kv_reserved_bytes", "gauge", "bytes reserved by admitted requests",
       double(m.reserved_bytes));
-  add("kv_held_bytes", "gauge", "bytes every cache holds (real allocations)", double(m.held_bytes));
-  add("kv_held_max_bytes", "gauge", "the most held after any step", double(m.max_held_bytes));
+  add("kv_held_bytes", "gauge", "bytes the running requests' caches hold (real allocations)",
+      double(m.held_bytes));
+  add("kv_held_max_bytes", "gauge",
+      "the most held after any step (running requests and idle conversations)",
+      double(m.max_held_bytes));
   s += "# HELP qevict_kv_tier_bytes bytes in use by tier\n# TYPE qevict_kv_tier_bytes gauge\n";
   s += fmt::format("qevict_kv_tier_bytes{{tier=\"full\"}} {}\n", m.held_full);
   s += fmt::format("qevict_kv_tier_bytes{{tier=\"quant\"}} {}\n", m.held_quant);
@@ -37,6 +40,29 @@ std::string prometheus_metrics(const SchedulerMetrics& m) {
       double(m.evictions));
   add("promotions_total", "counter", "windows promoted Q to F (finished sequences)",
       double(m.promotions));
+  add("sessions_in_memory", "gauge", "idle conversations whose cache is in memory",
+      double(m.sessions_in_memory));
+  add("sessions_on_disk", "gauge", "idle conversations held only in --session-dir",
+      double(m.sessions_on_disk));
+  add("session_hits_total", "counter", "requests that resumed a conversation",
+      double(m.session_hits));
+  add("session_misses_total", "counter", "requests that started a new cache (reuse on)",
+      double(m.session_misses));
+  add("prompt_tokens_reused_total", "counter", "prompt tokens taken from a conversation's cache",
+      double(m.reused_tokens));
+  add("sessions_written_total", "counter", "session files written to --session-dir",
+      double(m.sessions_written));
+  add("sessions_dropped_total", "counter", "idle conversations dropped for room (not written)",
+      double(m.sessions_dropped));
+  add("sessions_restored_total", "counter", "conversations read back from --session-dir",
+      double(m.sessions_restored));
+  add("session_bytes", "gauge", "bytes idle conversations hold in the KV pool",
+      double(m.session_bytes));
+  s += "# HELP qevict_session_tier_bytes bytes idle conversations hold, by tier\n"
+       "# TYPE qevict_session_tier_bytes gauge\n";
+  s += fmt::format("qevict_session_tier_bytes{{tier=\"full\"}} {}\n", m.session_full);
+  s += fmt::format("qevict_session_tier_bytes{{tier=\"quant\"}} {}\n", m.session_quant);
+  s += fmt::format("qevict_session_tier_bytes{{tier=\"sink\"}} {}\n", m.session_sink);
   add("steps_total", "counter", "scheduler steps (forward calls)", double(m.steps));
   add("decode_tokens_per_second", "gauge", "tokens per second of decoding steps",
       m.decode_seconds > 0 ? double(m.decode_tokens) / m.decode_seconds : 0.0);

@@ -149,6 +149,10 @@ std::variant<OpenAiRequest, OpenAiRequestError> parse_openai_request(std::string
     if (!m->is_string()) return OpenAiRequestError{"'model' must be a string", "model"};
     q.model = m->get<std::string>();
   }
+  if (const json* u = r.field("user")) {
+    if (!u->is_string()) return OpenAiRequestError{"'user' must be a string", "user"};
+    q.user = u->get<std::string>();
+  }
   q.max_tokens = q.chat ? 256 : 16;
   int64_t n = 1;
   r.integer("max_tokens", 1, n_ctx, &q.max_tokens);

@@ -23,6 +23,7 @@ enum class OpenAiEndpoint { kChat, kCompletions };
 struct OpenAiRequest {
   bool chat = false;
   std::string model;                  // empty: not given (any value is served by the one model)
+  std::string user;                   // names the conversation when no X-Session-Id is given
   std::vector<ChatMessage> messages;  // chat: roles system/user/assistant ("developer" → system)
   std::string prompt;                 // completions
   int64_t max_tokens = 16;            // [1, n_ctx]; max_completion_tokens is a synonym

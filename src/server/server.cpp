@@ -42,7 +42,7 @@ struct OpenAiServer::Streamed {
   CompletionHeader header;
   std::shared_ptr<ServeStream> stream;
   StopStringMatcher text;
-  int64_t n_prompt = 0, n_out = 0;
+  int64_t n_prompt = 0, n_out = 0, n_cached = 0;
   bool first = true, finished = false;
 };
 
@@ -86,6 +86,18 @@ void OpenAiServer::install(httplib::Server& svr) {
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_metrics(sched_.metrics()), "text/plain; version=0.0.4");
   });
+  svr.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+    json a = json::array();
+    for (const SlotInfo& s : sched_.slots())
+      a.push_back({{"id", s.id},
+                   {"tokens", s.tokens},
+                   {"n_past", s.n_past},
+                   {"policy", s.policy},
+                   {"bytes_held", s.bytes},
+                   {"state", s.state},
+                   {"last_used", s.last_used}});
+    res.set_content(a.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  });
   svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     complete(req, res, true);
   });
@@ -116,8 +128,9 @@ void OpenAiServer::install(httplib::Server& svr) {
 
 // Validates the body into p (server/openai_request.h does the JSON), renders and tokenizes the
 // prompt; on error fills res and returns false.
-bool OpenAiServer::parse(const std::string& body, bool chat, Parsed* p,
+bool OpenAiServer::parse(const httplib::Request& hreq, bool chat, Parsed* p,
                          httplib::Response& res) const {
+  const std::string& body = hreq.body;
   auto parsed = parse_openai_request(
       body, chat ? OpenAiEndpoint::kChat : OpenAiEndpoint::kCompletions, opts_.n_ctx);
   if (auto* e = std::get_if<OpenAiRequestError>(&parsed))
@@ -139,6 +152,12 @@ bool OpenAiServer::parse(const std::string& body, bool chat, Parsed* p,
   auto kvp = kv_(q);
   if (!kvp) return send_error(res, 400, kvp.error(), "kv_policy"), false;
   p->req.kv = *kvp;
+  // The conversation: X-Session-Id, else OpenAI's `user`.
+  p->req.session_id = hreq.get_header_value("X-Session-Id");
+  if (p->req.session_id.empty()) p->req.session_id = q.user;
+  if (p->req.session_id.size() > 256)
+    return send_error(res, 400, "the session id (X-Session-Id / user) is over 256 bytes", "user"),
+           false;
   // The prompt.
   std::string text;
   if (chat) {
@@ -155,7 +174,7 @@ bool OpenAiServer::parse(const std::string& body, bool chat, Parsed* p,
 
 void OpenAiServer::complete(const httplib::Request& hreq, httplib::Response& res, bool chat) {
   Parsed p;
-  if (!parse(hreq.body, chat, &p, res)) return;
+  if (!parse(hreq, chat, &p, res)) return;
   const int64_t n_prompt = int64_t(p.req.prompt.size());
   SubmitResult sub = sched_.submit(std::move(p.req));
   if (!sub.stream) return send_error(res, sub.status, sub.error);
@@ -171,7 +190,7 @@ void OpenAiServer::answer_whole(Parsed& p, const std::shared_ptr<ServeStream>& s
                                 int64_t n_prompt, httplib::Response& res) {
   StopStringMatcher text(p.stop);
   std::string finish;
-  int64_t n_out = 0;
+  int64_t n_out = 0, n_cached = 0;
   for (;;) {
     ServeEvent e;
     if (!stream->next(&e, std::chrono::milliseconds(1000))) {
@@ -191,7 +210,8 @@ void OpenAiServer::answer_whole(Parsed& p, const std::shared_ptr<ServeStream>& s
     }
   }
   text.flush();
-  res.set_content(completion_body(p.header, text.text(), finish, n_prompt, n_out),
+  n_cached = stream->cached_tokens();
+  res.set_content(completion_body(p.header, text.text(), finish, n_prompt, n_out, n_cached),
                   "application/json");
 }
 
@@ -240,8 +260,10 @@ void OpenAiServer::answer_streamed(Parsed& p, const std::shared_ptr<ServeStream>
           if (!write(sse_chunk(st->header, content, nullptr))) return st->stream->cancel(), false;
         }
         if (finish.empty()) return true;
+        st->n_cached = st->stream->cached_tokens();
         if (!write(sse_chunk(st->header, chat ? json::object() : json(""), finish))) return false;
-        if (st->header.include_usage && !write(sse_usage(st->header, st->n_prompt, st->n_out)))
+        if (st->header.include_usage &&
+            !write(sse_usage(st->header, st->n_prompt, st->n_out, st->n_cached)))
           return false;
         write(sse_done());
         st->finished = true;

@@ -1,6 +1,9 @@
 // qevict serve's HTTP API (issue 12), a library: an OpenAI-compatible server over the
 // continuous-batching scheduler (engine/scheduler.h). Endpoints: POST /v1/chat/completions and
-// /v1/completions (streaming SSE or not), GET /v1/models, /health, /metrics (Prometheus text).
+// /v1/completions (streaming SSE or not), GET /v1/models, /health, /metrics (Prometheus text),
+// /slots (the conversations the scheduler holds: engine/scheduler.h's conversation reuse; a
+// request names its conversation with the X-Session-Id header or OpenAI's `user` field, and
+// its usage says the prompt tokens reused in prompt_tokens_details.cached_tokens).
 // One model per server: like llama-server, any `model` value in a request is served by it.
 // Extra body fields `kv_policy` and `kv_budget` choose a request's cache (the caller's
 // KvParamsForRequest turns them into params). Errors use OpenAI's shape (server/errors.h).
@@ -58,7 +61,7 @@ class OpenAiServer {
  private:
   struct Parsed;
   struct Streamed;
-  bool parse(const std::string& body, bool chat, Parsed* p, httplib::Response& res) const;
+  bool parse(const httplib::Request& hreq, bool chat, Parsed* p, httplib::Response& res) const;
   void complete(const httplib::Request& hreq, httplib::Response& res, bool chat);
   void answer_whole(Parsed& p, const std::shared_ptr<ServeStream>& stream, int64_t n_prompt,
                     httplib::Response& res);

@@ -15,10 +15,12 @@ json header_json(const CompletionHeader& h, const char* object) {
 
 }  // namespace
 
-json openai_usage(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json openai_usage(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  json u = {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}};
+  if (cached_tokens >= 0) u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  return u;
 }
 
 std::string sse_event(const json& data) { return "data: " + dump(data) + "\n\n"; }
@@ -39,10 +41,11 @@ std::string sse_chunk(const CompletionHeader& h, const json& content, const json
   return sse_event(c);
 }
 
-std::string sse_usage(const CompletionHeader& h, int64_t prompt_tokens, int64_t completion_tokens) {
+std::string sse_usage(const CompletionHeader& h, int64_t prompt_tokens, int64_t completion_tokens,
+                      int64_t cached_tokens) {
   json u = header_json(h, h.chat ? "chat.completion.chunk" : "text_completion");
   u["choices"] = json::array();
-  u["usage"] = openai_usage(prompt_tokens, completion_tokens);
+  u["usage"] = openai_usage(prompt_tokens, completion_tokens, cached_tokens);
   return sse_event(u);
 }
 
@@ -52,7 +55,7 @@ std::string sse_error(const std::string& message) {
 
 std::string completion_body(const CompletionHeader& h, const std::string& text,
                             const std::string& finish, int64_t prompt_tokens,
-                            int64_t completion_tokens) {
+                            int64_t completion_tokens, int64_t cached_tokens) {
   json choice = {{"index", 0}, {"finish_reason", finish}};
   if (h.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
@@ -62,7 +65,7 @@ std::string completion_body(const CompletionHeader& h, const std::string& text,
   }
   json out = header_json(h, h.chat ? "chat.completion" : "text_completion");
   out["choices"] = json::array({choice});
-  out["usage"] = openai_usage(prompt_tokens, completion_tokens);
+  out["usage"] = openai_usage(prompt_tokens, completion_tokens, cached_tokens);
   return dump(out);
 }
 

@@ -21,8 +21,10 @@ struct CompletionHeader {
   bool include_usage = false;  // streaming: stream_options.include_usage
 };
 
-// {"prompt_tokens", "completion_tokens", "total_tokens"}.
-nlohmann::json openai_usage(int64_t prompt_tokens, int64_t completion_tokens);
+// {"prompt_tokens", "completion_tokens", "total_tokens"}, and when cached_tokens >= 0
+// "prompt_tokens_details": {"cached_tokens": N} (prompt tokens reused, not processed again).
+nlohmann::json openai_usage(int64_t prompt_tokens, int64_t completion_tokens,
+                            int64_t cached_tokens = -1);
 
 // One server-sent event: "data: " + data + "\n\n".
 std::string sse_event(const nlohmann::json& data);
@@ -34,7 +36,8 @@ std::string sse_done();
 std::string sse_chunk(const CompletionHeader& h, const nlohmann::json& content,
                       const nlohmann::json& finish);
 // The usage chunk of include_usage (no choices).
-std::string sse_usage(const CompletionHeader& h, int64_t prompt_tokens, int64_t completion_tokens);
+std::string sse_usage(const CompletionHeader& h, int64_t prompt_tokens, int64_t completion_tokens,
+                      int64_t cached_tokens = -1);
 // An error in the middle of a stream (the status line is long gone): an event with
 // {"error": {"message", "type": "server_error"}}.
 std::string sse_error(const std::string& message);
@@ -42,6 +45,6 @@ std::string sse_error(const std::string& message);
 // A whole (non-streamed) response: "chat.completion" with a message, or "text_completion".
 std::string completion_body(const CompletionHeader& h, const std::string& text,
                             const std::string& finish, int64_t prompt_tokens,
-                            int64_t completion_tokens);
+                            int64_t completion_tokens, int64_t cached_tokens = -1);
 
 }  // namespace qevict

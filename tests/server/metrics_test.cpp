@@ -48,8 +48,24 @@ TEST(PrometheusMetrics, ExactLinesForChosenValues) {
                          "qevict_kv_budget_floored_total 3\n"),
             std::string::npos)
       << floored;
-  // 18 metrics of one value with their HELP and TYPE lines, then the tiers' 2 + 3 lines.
-  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 18 * 3 + 5);
+  // 27 metrics of one value with their HELP and TYPE lines, then two by-tier metrics of 2 + 3
+  // lines each (the running caches', the idle conversations').
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 27 * 3 + 2 * 5);
+  // Conversation reuse (issue 50 item 2).
+  m.sessions_in_memory = 4;
+  m.sessions_on_disk = 7;
+  m.session_hits = 11;
+  m.session_misses = 5;
+  m.reused_tokens = 4321;
+  m.session_bytes = 123456;
+  m.session_quant = 99;
+  const std::string ses = prometheus_metrics(m);
+  for (const char* line :
+       {"\nqevict_sessions_in_memory 4\n", "\nqevict_sessions_on_disk 7\n",
+        "\nqevict_session_hits_total 11\n", "\nqevict_session_misses_total 5\n",
+        "\nqevict_prompt_tokens_reused_total 4321\n", "\nqevict_session_bytes 123456\n",
+        "\nqevict_session_tier_bytes{tier=\"quant\"} 99\n"})
+    EXPECT_NE(ses.find(line), std::string::npos) << line << ses;
 }
 
 }  // namespace

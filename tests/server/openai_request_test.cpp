@@ -54,6 +54,7 @@ TEST(OpenAiRequest, ChatWithEveryField) {
   EXPECT_EQ(q.stop, (std::vector<std::string>{"a", "bc"}));
   EXPECT_EQ(q.kv_policy.value_or(""), "qevict");
   EXPECT_EQ(q.kv_budget.value_or(0), 0.25);
+  EXPECT_EQ(q.user, "u");  // names the conversation (the server's session reuse)
 }
 
 TEST(OpenAiRequest, DefaultsAndNulls) {
@@ -102,6 +103,7 @@ TEST(OpenAiRequest, EachBadBodyGivesOneErrorNamingTheField) {
       {R"({"prompt":"x","stop":[1]})", kCompl, "stop", "up to 4 strings"},
       {R"({"prompt":"x","stop":""})", kCompl, "stop", "must not be empty"},
       {R"({"prompt":"x","kv_policy":1})", kCompl, "kv_policy", "must be a string"},
+      {R"({"prompt":"x","user":1})", kCompl, "user", "must be a string"},
       {R"({"prompt":"x","kv_budget":0})", kCompl, "kv_budget", "(0, 1]"},
       {R"({"prompt":"x","kv_budget":null})", kCompl, "kv_budget", "(0, 1]"},
       {R"({"prompt":"x","kv_q":[0.5]})", kCompl, "kv_q", "a string, a number or a boolean"},

@@ -87,6 +87,20 @@ TEST(Sse, WholeResponses) {
             R"("text":" world"}],"created":1700000001,"id":"cmpl-3","model":"smol",)"
             R"("object":"text_completion",)"
             R"("usage":{"completion_tokens":16,"prompt_tokens":2,"total_tokens":18}})");
+  // With the prompt tokens reused from a conversation (OpenAI's prompt_tokens_details).
+  EXPECT_EQ(completion_body(text_header(), " world", "length", 200, 16, 150),
+            R"({"choices":[{"finish_reason":"length","index":0,"logprobs":null,)"
+            R"("text":" world"}],"created":1700000001,"id":"cmpl-3","model":"smol",)"
+            R"("object":"text_completion",)"
+            R"("usage":{"completion_tokens":16,"prompt_tokens":200,)"
+            R"("prompt_tokens_details":{"cached_tokens":150},"total_tokens":216}})");
+  EXPECT_EQ(sse_usage(text_header(), 7, 5, 0),
+            "data: "
+            R"({"choices":[],"created":1700000001,"id":"cmpl-3","model":"smol",)"
+            R"("object":"text_completion",)"
+            R"("usage":{"completion_tokens":5,"prompt_tokens":7,)"
+            R"("prompt_tokens_details":{"cached_tokens":0},"total_tokens":12}})"
+            "\n\n");
 }
 
 }  // namespace

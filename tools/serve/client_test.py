@@ -7,16 +7,21 @@ streamed text equals the whole answer); the completion equals `qevict generate` 
 prompt token for token (the CLI's result reproduced); per-request kv_policy / kv_budget;
 OpenAI-shaped 4xx errors (unknown field, bad types, bad policy, over-long prompt, malformed
 JSON, oversize body, wrong API key); 429 with Retry-After when the queue is full; a client
-that leaves mid-stream frees its sequence (the pool's held bytes return to zero); /metrics.
+that leaves mid-stream frees its sequence (the pool's held bytes return to zero); /metrics;
+a second chat turn's cached_tokens, and a conversation named by `user` resumed by a second
+server process from a shared --session-dir.
 
 Usage: client_test.py QEVICT_BINARY MODEL.gguf      (exit 0: pass)
 """
 import concurrent.futures
 import json
+import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -209,6 +214,53 @@ try:
 finally:
     server.terminate()
     server.wait(timeout=30)
+
+# Conversation reuse (issue 50 item 2): a second turn reports the prompt tokens it reused in
+# usage.prompt_tokens_details.cached_tokens; a conversation named by `user` is written to
+# --session-dir and resumed by another server process sharing the directory (a failover).
+session_dir = tempfile.mkdtemp(prefix="qevict-serve-sessions-")
+story = ("I keep a small garden. In spring I plant tomatoes, beans and basil; in summer the "
+         "beans climb the fence and the basil flowers if I forget to pick it. ") * 6
+turn1 = [{"role": "user", "content": story + "What do I plant in spring?"}]
+server, port = start("--kv-pool-bytes", "256M", "-c", "2048", "--session-dir", session_dir)
+try:
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+    r1 = client.chat.completions.create(model="m", messages=turn1, max_tokens=16, temperature=0,
+                                        user="py-conv")
+    turn2 = turn1 + [{"role": "assistant", "content": r1.choices[0].message.content},
+                     {"role": "user", "content": "And what climbs the fence?"}]
+    r2 = client.chat.completions.create(model="m", messages=turn2, max_tokens=16, temperature=0,
+                                        user="py-conv")
+    c1 = r1.usage.prompt_tokens_details.cached_tokens
+    c2 = r2.usage.prompt_tokens_details.cached_tokens
+    check(c1 == 0 and r1.usage.prompt_tokens <= c2 < r2.usage.prompt_tokens,
+          f"a second turn reuses the first: cached_tokens {c1} then {c2} of "
+          f"{r2.usage.prompt_tokens}")
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/slots",
+                                 headers={"Authorization": f"Bearer {KEY}"})
+    slots = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    check(any(s["id"] == "py-conv" and s["state"] == "idle" for s in slots),
+          f"GET /slots lists the named conversation ({slots})")
+    check(os.path.exists(os.path.join(session_dir, "py-conv.qvs")),
+          "the named conversation is written to --session-dir")
+finally:
+    server.terminate()
+    server.wait(timeout=30)
+server, port = start("--kv-pool-bytes", "256M", "-c", "2048", "--session-dir", session_dir)
+try:
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+    r2b = client.chat.completions.create(model="m", messages=turn2, max_tokens=16, temperature=0,
+                                         user="py-conv")
+    c = r2b.usage.prompt_tokens_details.cached_tokens
+    check(c >= r1.usage.prompt_tokens and r2b.usage.completion_tokens > 0,
+          f"another server resumes the named conversation from the directory (cached {c})")
+    m = metrics(port)
+    check(m.get("qevict_sessions_restored_total") == 1 and
+          m.get("qevict_session_hits_total") == 1, "metrics: one restore, one hit")
+finally:
+    server.terminate()
+    server.wait(timeout=30)
+    shutil.rmtree(session_dir, ignore_errors=True)
 
 # A small server: one sequence at a time, one waiting; the rest get 429 with Retry-After.
 server, port = start("--kv-pool-bytes", "64M", "--parallel", "1", "--max-queue", "1")
