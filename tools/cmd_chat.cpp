@@ -306,7 +306,6 @@ int run_chat(const ChatArgs& a) {
 
 Runner add_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
-  app.footer(Chat::kHelp);
   add_model_options(app, a->model);
   app.add_option("-c,--ctx-size", a->n_ctx,
                  "context size: the longest conversation (a --kv-budget fraction is of it)")

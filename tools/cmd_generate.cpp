@@ -89,7 +89,10 @@ int generate_in_session(const GenerateArgs& a, Loaded& l, const std::vector<int3
     auto loaded = Session::deserialize(model, bytes, pool);
     if (!loaded) return fail(fmt::format("--prompt-cache {}: {}", path, loaded.error()));
     s = std::move(*loaded);
-    const int64_t c = common_prefix(s->tokens(), prompt);
+    int64_t c = common_prefix(s->tokens(), prompt);
+    // The model must run on at least the prompt's last token (its logits give the first new
+    // one): a prompt the file holds whole is resumed one token short of it.
+    if (c == int64_t(prompt.size())) --c;
     if (c == 0) {
       std::fprintf(stderr, "prompt-cache: %s shares no prefix with this prompt; starting anew\n",
                    path.c_str());
