@@ -93,6 +93,8 @@ int generate_in_session(const GenerateArgs& a, Loaded& l, const std::vector<int3
     // The model must run on at least the prompt's last token (its logits give the first new
     // one): a prompt the file holds whole is resumed one token short of it.
     if (c == int64_t(prompt.size())) --c;
+    // A shared BOS alone is no common text.
+    if (c == 1 && prompt[0] == tok.bos()) c = 0;
     if (c == 0) {
       std::fprintf(stderr, "prompt-cache: %s shares no prefix with this prompt; starting anew\n",
                    path.c_str());
