@@ -2,11 +2,14 @@
 // kv_budget=...), teacher-forced logits, and the cache's tier map and stats as NumPy arrays,
 // for researchers working in notebooks next to kvpress. A thin layer over the engine: the
 // same loader, tokenizer, chat template, registry defaults and generate() as the CLI, so a
-// greedy call reproduces `qevict generate` token for token.
+// greedy call reproduces `qevict generate` token for token. Sessions (issue 50):
+// model.session(kv_policy=..., ...) holds a conversation's compressed cache turn after turn
+// (engine/session.h), saved to and loaded from a session file.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -14,6 +17,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/generator.h"
+#include "engine/session.h"
 #include "kernel_switches.h"
 #include "kernels/matmul.h"
 #include "kvcache/factory.h"
@@ -37,6 +41,32 @@ KvCacheParams make_params(const std::string& policy, py::object budget, const st
   if (!budget.is_none()) opts.emplace_back("budget", py::str(budget).cast<std::string>());
   if (!route.empty()) opts.emplace_back("prefill_route", route);
   if (!score.empty()) opts.emplace_back("score", score);
+  auto p = make_kv_params(opts);
+  if (!p) raise(p.error());
+  return *p;
+}
+
+// Every KV option as a keyword argument kv_<key> (kv_policy, kv_budget, kv_q, kv_window,
+// kv_prefill_route, ...; prefill_route and prefill_window also without the prefix, as
+// generate() takes them), through the same parser. None leaves an option at its default;
+// True/False are 1/0.
+KvCacheParams params_from_kwargs(const py::kwargs& kw) {
+  KvOptionList opts;
+  for (auto item : kw) {
+    const std::string name = py::str(item.first);
+    const py::handle v = item.second;
+    if (v.is_none()) continue;
+    const std::string key = name.rfind("kv_", 0) == 0 ? name.substr(3) : name;
+    if (!find_kv_option(key) ||
+        (key == name && key != "prefill_route" && key != "prefill_window")) {
+      std::string keys;
+      for (const KvOptionInfo& o : kv_options()) keys += (keys.empty() ? "kv_" : ", kv_") + o.key;
+      raise("unknown keyword argument '" + name + "' (KV options: " + keys + ")");
+    }
+    const std::string val = py::isinstance<py::bool_>(v) ? (v.cast<bool>() ? "1" : "0")
+                                                         : py::str(v).cast<std::string>();
+    opts.emplace_back(key, val);
+  }
   auto p = make_kv_params(opts);
   if (!p) raise(p.error());
   return *p;
@@ -177,6 +207,10 @@ class PyModel {
     return py::make_tuple(out, report_dict(**c));
   }
 
+  Model& model() { return *model_; }
+  Tokenizer& tok() { return *tok_; }
+  ThreadPool& pool() { return pool_; }
+
   py::dict info() const {
     py::dict d;
     const KvShape s = model_->kv_shape();
@@ -192,6 +226,169 @@ class PyModel {
   ThreadPool pool_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
+};
+
+// A conversation (engine/session.h): its cache and token history, extended turn by turn.
+class PySession {
+ public:
+  PySession(PyModel& m, std::unique_ptr<Session> s) : m_(m), s_(std::move(s)) {}
+
+  static std::unique_ptr<PySession> create(PyModel& m, int64_t n_ctx, int prefill_chunk,
+                                           const py::kwargs& kw) {
+    SessionOptions o;
+    o.kv = params_from_kwargs(kw);
+    o.n_ctx = n_ctx;
+    o.prefill_chunk = prefill_chunk;
+    auto s = Session::create(m.model(), o);
+    if (!s) raise(s.error());
+    return std::make_unique<PySession>(m, std::move(*s));
+  }
+
+  static std::unique_ptr<PySession> load(PyModel& m, const std::string& path) {
+    Expected<std::unique_ptr<Session>> s = Status::error("");
+    {
+      py::gil_scoped_release release;
+      s = Session::load(m.model(), path, m.pool());
+    }
+    if (!s) raise(s.error());
+    return std::make_unique<PySession>(m, std::move(*s));
+  }
+
+  // Text (tokenized; BOS only at the start of the conversation; special-token text such as
+  // <|im_start|> read as those tokens unless parse_special=False) or token ids.
+  std::vector<int32_t> to_tokens(const py::object& input, bool parse_special) {
+    if (input.is_none()) return {};
+    if (py::isinstance<py::str>(input))
+      return m_.tok().encode(input.cast<std::string>(), s_->tokens().empty(), parse_special);
+    auto ids = input.cast<std::vector<int32_t>>();
+    const int32_t n_vocab = m_.model().config().n_vocab;
+    for (int32_t id : ids)
+      if (id < 0 || id >= n_vocab)
+        raise("token id " + std::to_string(id) + " is out of range [0, " + std::to_string(n_vocab) +
+              ")");
+    return ids;
+  }
+
+  py::dict append(const py::object& input, bool parse_special) {
+    const std::vector<int32_t> turn = to_tokens(input, parse_special);
+    if (turn.empty()) raise("append: the turn has no tokens");
+    run([&] { return s_->append(turn, m_.pool()); });
+    return turn_dict(s_->turns().back());
+  }
+
+  // Generates up to max_tokens after `input` (may be None when a generated token is pending).
+  // stop: a string, or a list of strings (generation ends when the text contains one; the text
+  // is cut before it) and token ids (stop tokens, beside the model's end-of-generation tokens
+  // unless ignore_eos).
+  py::dict generate(const py::object& input, int max_tokens, float temperature, int top_k,
+                    float top_p, float min_p, int64_t seed, const py::object& stop, bool ignore_eos,
+                    bool parse_special) {
+    const std::vector<int32_t> turn = to_tokens(input, parse_special);
+    Tokenizer& tok = m_.tok();
+    std::vector<int32_t> stop_tokens;
+    std::vector<std::string> stop_strings;
+    if (!stop.is_none()) {
+      const py::list items =
+          py::isinstance<py::str>(stop) ? py::list(py::make_tuple(stop)) : py::list(stop);
+      for (py::handle h : items) {
+        if (py::isinstance<py::str>(h)) {
+          const std::string s = h.cast<std::string>();
+          if (s.empty()) raise("an empty stop string");
+          stop_strings.push_back(s);
+        } else {
+          stop_tokens.push_back(h.cast<int32_t>());
+        }
+      }
+    }
+    if (!ignore_eos)
+      for (int32_t id = 0; id < tok.n_vocab(); ++id)
+        if (tok.is_eog(id)) stop_tokens.push_back(id);
+    SamplingParams sp;
+    sp.temperature = temperature;
+    sp.top_k = top_k;
+    sp.top_p = top_p;
+    sp.min_p = min_p;
+    sp.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
+    if (Status st = sp.validate(); !st) raise(st.message());
+    if (max_tokens < 0) raise("max_tokens must be >= 0");
+    // The text so far, searched for the stop strings after every token.
+    std::string text;
+    size_t cut = std::string::npos;
+    std::string matched;
+    auto on_token = [&](int32_t id) {
+      if (std::find(stop_tokens.begin(), stop_tokens.end(), id) != stop_tokens.end()) return true;
+      const size_t from = text.size();
+      text += tok.token_to_piece(id);
+      for (const std::string& s : stop_strings) {
+        const size_t at = text.find(s, from >= s.size() ? from - s.size() + 1 : 0);
+        if (at != std::string::npos && at < cut) cut = at, matched = s;
+      }
+      return cut == std::string::npos;
+    };
+    Session::GenerateResult g;
+    run([&] { return s_->generate(turn, max_tokens, sp, stop_tokens, m_.pool(), on_token, &g); });
+    py::dict d;
+    d["text"] = cut == std::string::npos ? text : text.substr(0, cut);
+    d["tokens"] = g.tokens;
+    d["hit_stop"] = g.hit_stop || cut != std::string::npos;
+    d["stop"] = matched.empty() ? py::object(py::none()) : py::object(py::str(matched));
+    d["turn"] = turn_dict(s_->turns().back());
+    return d;
+  }
+
+  std::string save(const std::string& path) {
+    Session::SaveMode mode;
+    run([&] { return s_->save(path, &mode); });
+    return mode == Session::SaveMode::kState ? "state" : "tokens_only";
+  }
+
+  void rewind(int64_t n) {
+    if (Status st = s_->rewind(n); !st) raise(st.message());
+  }
+  bool can_rewind(int64_t n) const { return s_->can_rewind(n); }
+
+  py::dict cache() const {
+    py::dict d = report_dict(s_->cache());
+    d["n_past"] = s_->cache().n_past();
+    d["n_ctx"] = s_->cache().n_ctx();
+    return d;
+  }
+  const std::vector<int32_t>& tokens() const { return s_->tokens(); }
+  std::string text() const { return m_.tok().decode(s_->tokens()); }
+  py::list turns() const {
+    py::list l;
+    for (const TurnStats& t : s_->turns()) l.append(turn_dict(t));
+    return l;
+  }
+
+ private:
+  // Runs an engine call without the GIL; its error as ValueError.
+  template <typename F>
+  void run(F&& f) {
+    Status st = Status::ok();
+    {
+      py::gil_scoped_release release;
+      st = f();
+    }
+    if (!st) raise(st.message());
+  }
+
+  static py::dict turn_dict(const TurnStats& t) {
+    py::dict d;
+    d["prompt_tokens"] = t.prompt_tokens;
+    d["reused_tokens"] = t.reused_tokens;
+    d["generated"] = t.generated;
+    d["prompt_seconds"] = t.prompt_seconds;
+    d["decode_seconds"] = t.decode_seconds;
+    d["promotions"] = t.promotions;
+    d["demotions"] = t.demotions;
+    d["evictions"] = t.evictions;
+    d["bytes_held"] = t.bytes_held;
+    return d;
+  }
+
+  PyModel& m_;
+  std::unique_ptr<Session> s_;
 };
 
 }  // namespace
@@ -232,6 +429,30 @@ PYBIND11_MODULE(_qevict, m) {
            py::arg("seed") = 0, py::arg("chat") = false, py::arg("ignore_eos") = false,
            py::arg("prefill_chunk") = 512)
       .def("logits", &PyModel::logits, py::arg("tokens"), py::arg("kv_policy") = "full",
-           py::arg("kv_budget") = py::none(), py::arg("prefill_route") = "",
-           py::arg("chunk") = 512);
+           py::arg("kv_budget") = py::none(), py::arg("prefill_route") = "", py::arg("chunk") = 512)
+      // The Session keeps the Model alive (keep_alive: the session refers to its weights).
+      .def(
+          "session",
+          [](PyModel& m, int64_t n_ctx, int prefill_chunk, const py::kwargs& kw) {
+            return qevict::PySession::create(m, n_ctx, prefill_chunk, kw);
+          },
+          py::arg("n_ctx") = 4096, py::arg("prefill_chunk") = 512, py::keep_alive<0, 1>());
+  using qevict::PySession;
+  py::class_<PySession>(m, "Session")
+      .def_static("load", &PySession::load, py::arg("model"), py::arg("path"),
+                  py::keep_alive<0, 1>())
+      .def("append", &PySession::append, py::arg("turn"), py::arg("parse_special") = true)
+      .def("generate", &PySession::generate, py::arg("turn") = py::none(),
+           py::arg("max_tokens") = 64, py::arg("temperature") = 0.0f, py::arg("top_k") = 40,
+           py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = 0,
+           py::arg("stop") = py::none(), py::arg("ignore_eos") = false,
+           py::arg("parse_special") = true)
+      .def("save", &PySession::save, py::arg("path"))
+      .def("rewind", &PySession::rewind, py::arg("n"))
+      .def("can_rewind", &PySession::can_rewind, py::arg("n"))
+      .def_property_readonly("cache", &PySession::cache)
+      .def_property_readonly("tokens", &PySession::tokens)
+      .def_property_readonly("text", &PySession::text)
+      .def_property_readonly("turns", &PySession::turns)
+      .def("__len__", [](const PySession& s) { return s.tokens().size(); });
 }

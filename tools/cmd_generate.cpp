@@ -2,15 +2,23 @@
 // chunked prefill → streamed sampling; a timing line on stderr at the end. Like llama-cli and
 // `qevict tokenize`, special-token text in the prompt (e.g. <|im_start|>) is read as those
 // tokens unless --no-parse-special.
+//
+// --prompt-cache FILE (llama-cli's habit, issue 50): the run is a Session (engine/session.h)
+// saved to FILE afterwards; a FILE saved before with this model and the same KV options and -c
+// is resumed: the prompt's common prefix with its history is not prefilled again.
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "chat/chat_template.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/generator.h"
+#include "engine/session.h"
+#include "engine/session_file.h"
 
 namespace qevict::cli {
 
@@ -30,6 +38,7 @@ struct GenerateArgs {
   KvOptions kv;
   int rss_every = 0;
   bool quiet = false;
+  std::string prompt_cache;
 };
 
 // Resident set size of this process in KiB (Linux /proc), or -1.
@@ -42,6 +51,115 @@ long rss_kib() {
     if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
   std::fclose(f);
   return kib;
+}
+
+// Why a session file cannot be resumed with these flags (empty: it can): the first KV option,
+// or the context size, that differs.
+std::string session_mismatch(const SessionFileContents& f, const KvCacheParams& p, int64_t n_ctx) {
+  for (const KvOptionInfo& o : kv_options()) {
+    if (o.key == "trace") continue;  // where a trace goes is not the cache's state
+    const std::string saved = o.get(f.kv), now = o.get(p);
+    if (saved != now) return fmt::format("{} {} (these flags: {})", o.flag, saved, now);
+  }
+  if (f.n_ctx != n_ctx) return fmt::format("-c {} (these flags: {})", f.n_ctx, n_ctx);
+  return "";
+}
+
+// generate --prompt-cache: resume FILE's session when it fits, generate, save it back.
+int generate_in_session(const GenerateArgs& a, Loaded& l, const std::vector<int32_t>& prompt,
+                        const KvCacheParams& kvp, const GenerationRequest& req, int threads,
+                        const std::string& echo) {
+  Model& model = *l.model;
+  Tokenizer& tok = *l.tokenizer;
+  ThreadPool pool(threads);
+  const std::string& path = a.prompt_cache;
+  std::unique_ptr<Session> s;
+  std::ifstream in(path, std::ios::binary);
+  if (in) {
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    const std::string bytes = ss.str();
+    auto f = decode_session(bytes);
+    if (!f) return fail(fmt::format("--prompt-cache {}: {}", path, f.error()));
+    if (const std::string why = session_mismatch(*f, kvp, a.n_ctx); !why.empty())
+      return fail(fmt::format(
+          "--prompt-cache {} was saved with other options: {}; give the same options or another "
+          "file",
+          path, why));
+    auto loaded = Session::deserialize(model, bytes, pool);
+    if (!loaded) return fail(fmt::format("--prompt-cache {}: {}", path, loaded.error()));
+    s = std::move(*loaded);
+    int64_t c = common_prefix(s->tokens(), prompt);
+    // The model must run on at least the prompt's last token (its logits give the first new
+    // one): a prompt the file holds whole is resumed one token short of it.
+    if (c == int64_t(prompt.size())) --c;
+    // A shared BOS alone is no common text.
+    if (c == 1 && prompt[0] == tok.bos()) c = 0;
+    if (c == 0) {
+      std::fprintf(stderr, "prompt-cache: %s shares no prefix with this prompt; starting anew\n",
+                   path.c_str());
+      s.reset();
+    } else if (!s->can_rewind(c)) {
+      std::fprintf(stderr,
+                   "prompt-cache: %s shares %lld tokens with this prompt, but its cache has "
+                   "compressed beyond them (it holds %zu); starting anew\n",
+                   path.c_str(), (long long)c, s->tokens().size());
+      s.reset();
+    } else if (Status st = s->rewind(c); !st) {
+      return fail(st.message());
+    }
+  } else if (std::FILE* probe = std::fopen(path.c_str(), "rb")) {
+    std::fclose(probe);
+    return fail(fmt::format("--prompt-cache {}: cannot read the file", path));
+  }
+  if (!s) {
+    SessionOptions o;
+    o.kv = kvp;
+    o.n_ctx = a.n_ctx;
+    o.prefill_chunk = a.prefill_chunk;
+    auto created = Session::create(model, o);
+    if (!created) return fail(created.error());
+    s = std::move(*created);
+  }
+  const std::vector<int32_t> turn(prompt.begin() + int64_t(s->tokens().size()), prompt.end());
+  if (int64_t(prompt.size()) + a.n_predict > a.n_ctx)
+    return fail(fmt::format("prompt ({} tokens) + -n {} exceeds the context -c {}", prompt.size(),
+                            a.n_predict, a.n_ctx));
+  if (!echo.empty()) {
+    std::fwrite(echo.data(), 1, echo.size(), stdout);
+    std::fflush(stdout);
+  }
+  Utf8Streamer out;
+  Session::GenerateResult g;
+  Status st = s->generate(
+      turn, a.n_predict, req.sampling, req.stop_tokens, pool,
+      [&](int32_t id) {
+        if (tok.is_eog(id) || a.quiet) return true;
+        const std::string piece = out.push(tok.token_to_piece(id));
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      },
+      &g);
+  const std::string rest = out.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!st) return fail(st.message());
+  const TurnStats& t = s->turns().back();
+  std::fprintf(stderr,
+               "\nprompt-cache: reused %lld tokens, prefilled %lld | decode: %lld tokens in %.2f s "
+               "(%.1f tok/s) | threads %d | kv %s, %.1f MiB | seed %llu\n",
+               (long long)t.reused_tokens, (long long)t.prompt_tokens, (long long)t.generated,
+               t.decode_seconds, t.generated / std::max(t.decode_seconds, 1e-9), threads,
+               s->cache().describe().c_str(), s->cache().bytes_held() / 1048576.0,
+               (unsigned long long)req.sampling.seed);
+  Session::SaveMode mode;
+  if (Status sv = s->save(path, &mode); !sv) return fail(sv.message());
+  std::fprintf(stderr, "prompt-cache: saved %zu tokens to %s%s\n", s->tokens().size(), path.c_str(),
+               mode == Session::SaveMode::kState ? "" : " (tokens only)");
+  if (a.kv.stats) print_kv_stats(s->cache(), t.decode_seconds);
+  return 0;
 }
 
 int run_generate(const GenerateArgs& a) {
@@ -85,6 +203,15 @@ int run_generate(const GenerateArgs& a) {
   const int threads = resolve_threads(a.model.threads);
   if (Status st = prepare_kv_params(*loaded, &*kvp, threads); !st.is_ok())
     return fail(st.message());
+  if (!a.prompt_cache.empty()) {
+    req.sampling = a.sampling;
+    req.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
+    if (!a.ignore_eos)
+      for (int32_t id = 0; id < tok.n_vocab(); ++id)
+        if (tok.is_eog(id)) req.stop_tokens.push_back(id);
+    return generate_in_session(a, *loaded, req.prompt, *kvp, req, threads,
+                               a.chat || a.quiet ? std::string() : prompt_text);
+  }
   // The cache holds prompt + generated tokens; a budget fraction is of that full cache (SPEC §3).
   auto cache_or = make_kv_cache(model.kv_shape(), int64_t(req.prompt.size()) + a.n_predict, *kvp);
   if (!cache_or) return fail(cache_or.error());
@@ -174,6 +301,11 @@ Runner add_generate(CLI::App& app) {
   add_kv_options(app, a->kv);
   app.add_option("--rss-every", a->rss_every,
                  "print the process RSS and KV bytes every N generated tokens (stderr)");
+  app.add_option("--prompt-cache", a->prompt_cache,
+                 "a session file: resumed when it exists (saved with this model, the same KV "
+                 "options and -c; the prompt's common prefix with it is not prefilled again), "
+                 "written back after generating. The cache then holds -c tokens (a --kv-budget "
+                 "fraction is of -c)");
   app.add_flag("--quiet", a->quiet,
                "do not print the prompt or the generated text (timings and stats only)");
   return [a] { return run_generate(*a); };

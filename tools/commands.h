@@ -10,6 +10,7 @@ namespace qevict::cli {
 using Runner = std::function<int()>;
 
 Runner add_generate(CLI::App& app);
+Runner add_chat(CLI::App& app);
 Runner add_perplexity(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);

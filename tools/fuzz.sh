@@ -13,7 +13,7 @@ cd "$root"
 secs=${1:-10}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz tokenizer_fuzz chat_template_fuzz openai_request_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz tokenizer_fuzz chat_template_fuzz openai_request_fuzz session_file_fuzz)
 jobs=$(nproc 2>/dev/null || echo 2)
 build=${QEVICT_FUZZ_BUILD:-build-fuzz}
 

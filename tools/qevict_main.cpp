@@ -1,5 +1,5 @@
-// qevict: command-line entry. Subcommands: generate, perplexity, tokenize, bench, diagnose,
-// eval, serve; `qevict --version` prints the commit the binary was built from.
+// qevict: command-line entry. Subcommands: generate, chat, perplexity, tokenize, bench,
+// diagnose, eval, serve; `qevict --version` prints the commit the binary was built from.
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   };
   add("generate", "generate text from a prompt (streams tokens, timing on stderr)",
       qevict::cli::add_generate);
+  add("chat", "multi-turn chat in one compressed KV cache (/save, /load, /stats; reads stdin)",
+      qevict::cli::add_chat);
   add("perplexity", "teacher-forced evaluation: perplexity, optional logits dump (.npy)",
       qevict::cli::add_perplexity);
   add("tokenize", "print the token ids of a text, as llama.cpp's llama-tokenize",

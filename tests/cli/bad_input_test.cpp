@@ -136,6 +136,12 @@ TEST_F(CliBadInput, FlagValues) {
                        "--prefill-route chunk --kv-pool 0",
                    "cannot open");
   expect_one_error(m + "--kv-budget 0.2 --kv-budget -1", "--kv-budget");
+  // chat checks its flags before the model too.
+  const std::string c = "chat -m " + path("missing.gguf") + " ";
+  expect_one_error(c + "--kv-policy nope", "--kv-policy");
+  expect_one_error(c + "-c 0", "--ctx-size");
+  expect_one_error(c + "--top-p 2", "top-p must be in");
+  expect_one_error(c, "cannot open");
   expect_one_error("nosuchcommand", "subcommand");
   expect_one_error("", "subcommand");
 }

@@ -1,13 +1,23 @@
 // Writes the GGUF seed corpus of the gguf_fuzz target (tests/fuzz/corpus/gguf_fuzz/) with the
 // test GGUF builder: a toy tokenizer vocabulary with a chat template, a small model-like file
 // with tensors of several types, metadata of every value type, version 2 with a custom
-// alignment, and an empty file. Usage: qevict_fuzz_seeds OUT_DIR
+// alignment, and an empty file. With a second directory, also the seeds of session_file_fuzz
+// (tests/fuzz/corpus/session_file_fuzz/): session files written by encode_session with the
+// states of the target's toy caches (session_toy.h) after 40 tokens — a FullKvCache, a tiered
+// cache that has routed windows into every tier — and a tokens-only file.
+// Usage: qevict_fuzz_seeds OUT_DIR [SESSION_OUT_DIR]
+#include <algorithm>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "common/gguf_builder.h"
+#include "core/byte_io.h"
+#include "core/thread_pool.h"
+#include "engine/session_file.h"
 #include "fuzz/fuzz_vocab.h"
+#include "fuzz/session_toy.h"
 #include "gguf/ggml_types.h"
 
 namespace {
@@ -25,11 +35,76 @@ bool write(const std::string& path, const std::vector<uint8_t>& bytes) {
 
 std::vector<uint8_t> zeros(size_t n) { return std::vector<uint8_t>(n, 0x11); }
 
+// n tokens of random keys, values and queries through `c`, in calls of 8, the prompt ended.
+bool fill(qevict::SequenceKvCache& c, int n, qevict::ThreadPool& pool) {
+  const qevict::KvShape s = qevict::fuzz::session_shape();
+  std::mt19937 rng(50);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int done = 0; done < n; done += 8) {
+    const int k = std::min(8, n - done);
+    std::vector<float> q(size_t(k) * s.q_width()), kv(size_t(k) * s.kv_width()), v(kv.size()),
+        out(q.size());
+    if (!c.begin(k).is_ok()) return false;
+    for (int l = 0; l < s.n_layers; ++l) {
+      for (float& x : q) x = d(rng);
+      for (float& x : kv) x = d(rng);
+      for (float& x : v) x = d(rng);
+      c.attend(l, q.data(), kv.data(), v.data(), out.data(), pool);
+    }
+    if (!c.commit().is_ok()) return false;
+  }
+  return c.end_prompt().is_ok();
+}
+
+bool session_seed(qevict::SequenceKvCache* c, const qevict::KvCacheParams& p, int n_tokens,
+                  std::vector<uint8_t>* out) {
+  qevict::SessionFileContents f;
+  f.model_fingerprint = 0x5eed;
+  f.model_name = "toy";
+  f.kv = p;
+  f.n_ctx = qevict::fuzz::kSessionCtx;
+  f.prefill_chunk = 8;
+  for (int i = 0; i < n_tokens; ++i) f.tokens.push_back(i % 7 + 1);
+  f.cache_n_past = c ? c->n_past() : 0;
+  if (c) {
+    qevict::ByteWriter w;
+    if (!c->save_state(w).is_ok()) return false;
+    f.has_state = true;
+    f.state = w.bytes();
+  }
+  const std::string b = qevict::encode_session(f);
+  out->assign(b.begin(), b.end());
+  return true;
+}
+
+// The session_file_fuzz seeds.
+bool session_seeds(std::vector<std::pair<std::string, std::vector<uint8_t>>>* seeds) {
+  qevict::ThreadPool pool(1);
+  auto full = qevict::fuzz::make_session_full();
+  auto tiered = qevict::fuzz::make_session_tiered();
+  auto tp = qevict::make_kv_params(qevict::fuzz::session_tiered_options());
+  if (!tiered || !tp || !fill(*full, 40, pool) || !fill(*tiered, 40, pool)) return false;
+  qevict::KvReport rep;
+  tiered->report(&rep);
+  if (rep.total().bytes_quant == 0) {
+    std::fprintf(stderr, "the tiered seed has no low-bit window\n");
+    return false;
+  }
+  std::vector<uint8_t> b;
+  if (!session_seed(full.get(), qevict::KvCacheParams{}, 40, &b)) return false;
+  seeds->emplace_back("full_40", b);
+  if (!session_seed(tiered.get(), *tp, 40, &b)) return false;
+  seeds->emplace_back("tiered_40", b);
+  if (!session_seed(nullptr, *tp, 12, &b)) return false;
+  seeds->emplace_back("tokens_only", b);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s OUT_DIR [SESSION_OUT_DIR]\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
@@ -87,12 +162,24 @@ int main(int argc, char** argv) {
 
   seeds.emplace_back("empty", GgufBuilder().build().bytes);
 
-  for (const auto& [name, bytes] : seeds) {
-    if (!write(dir + "/" + name, bytes)) {
-      std::fprintf(stderr, "cannot write %s/%s\n", dir.c_str(), name.c_str());
+  auto write_all = [](const std::string& dir, const auto& seeds) {
+    for (const auto& [name, bytes] : seeds) {
+      if (!write(dir + "/" + name, bytes)) {
+        std::fprintf(stderr, "cannot write %s/%s\n", dir.c_str(), name.c_str());
+        return false;
+      }
+      std::printf("%s/%s: %zu bytes\n", dir.c_str(), name.c_str(), bytes.size());
+    }
+    return true;
+  };
+  if (!write_all(dir, seeds)) return 1;
+  if (argc == 3) {
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> sessions;
+    if (!session_seeds(&sessions)) {
+      std::fprintf(stderr, "cannot make the session seeds\n");
       return 1;
     }
-    std::printf("%s/%s: %zu bytes\n", dir.c_str(), name.c_str(), bytes.size());
+    if (!write_all(argv[2], sessions)) return 1;
   }
   return 0;
 }
