@@ -111,7 +111,9 @@ SubmitResult Scheduler::submit(ServeRequest r) {
   s->kv = rv.kv;
   s->cache_ctx = rv.n_ctx;
   s->floored = rv.floored;
-  if (opts_.cache_prompt) s->key = kv_params_key(rv.kv);
+  // A fraction budget matches a session of any byte budget (session_store.h, budget_free_key).
+  if (opts_.cache_prompt)
+    s->key = r.kv.budget_fraction > 0.0 ? budget_free_key(r.kv) : kv_params_key(rv.kv);
   s->sampler = std::make_unique<Sampler>(r.sampling);
   s->req = std::move(r);
   res.stream = s->out;

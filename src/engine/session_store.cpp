@@ -36,6 +36,14 @@ std::string kv_params_key(const KvCacheParams& p) {
   return encode_session(c);
 }
 
+std::string budget_free_key(const KvCacheParams& p) {
+  KvCacheParams q = p;
+  q.budget_fraction = 0.0;
+  q.budget_bytes = 0;
+  q.budget_tokens = 0;
+  return "~" + kv_params_key(q);
+}
+
 std::string session_file_name(const std::string& id) {
   bool safe = !id.empty() && id.size() <= 100 && id[0] != '.';
   for (char ch : id)
@@ -54,6 +62,7 @@ void SessionStore::forget(const SessionEntry& e) {
 
 void SessionStore::put(SessionEntry e) {
   erase(e.id);
+  e.loose_key = budget_free_key(e.kv);
   e.tick = ++tick_;
   if (e.in_memory()) {
     bytes_ += e.bytes;
@@ -72,7 +81,7 @@ std::optional<SessionMatch> SessionStore::match(const std::string& id,
   for (const auto& [eid, e] : entries_) {
     // A named conversation is its client's: resumed (and rewritten) only under its id.
     if (id.empty() ? e.named : eid != id) continue;
-    if (e.key != key || e.n_ctx < n_ctx_needed) continue;
+    if ((e.key != key && e.loose_key != key) || e.n_ctx < n_ctx_needed) continue;
     auto m = plan_reuse(e.tokens, e.n_past, e.cache.get(), prompt, rules);
     if (!m) continue;
     if (best && (m->reuse < best->reuse || (m->reuse == best->reuse && e.tick < best_tick)))

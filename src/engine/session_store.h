@@ -38,6 +38,9 @@ struct SessionEntry {
   int64_t n_past = 0, n_ctx = 0;  // the cache's
   KvCacheParams kv;               // what the cache was made with
   std::string key;                // kv_params_key(kv): a request must have the same to resume
+  // budget_free_key(kv), set by SessionStore::put: what a request whose budget is a fraction
+  // matches (the conversation keeps the byte budget its first turn got).
+  std::string loose_key;
   std::unique_ptr<SequenceKvCache> cache;  // null: on disk only
   std::string path;                        // non-empty: a file holds exactly this state
   size_t bytes = 0, bytes_full = 0, bytes_quant = 0, bytes_sink = 0;  // in memory
@@ -68,6 +71,12 @@ std::optional<SessionMatch> plan_reuse(const std::vector<int32_t>& history, int6
 // A string equal for two params exactly when they make the same cache (every field a session
 // file records).
 std::string kv_params_key(const KvCacheParams& p);
+
+// kv_params_key without the budget (fraction, bytes, tokens), marked apart from it: a request
+// that gives its budget as a fraction of its context resumes a session of any byte budget with
+// otherwise equal params — else every later, longer turn of a conversation would be a larger
+// budget, hence a miss.
+std::string budget_free_key(const KvCacheParams& p);
 
 // A file name for a session id: the id itself when it is made of [A-Za-z0-9._-] (at most 100,
 // not starting with '.'), else "h" + a 64-bit hash of it in hex; then ".qvs".

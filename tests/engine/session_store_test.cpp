@@ -209,5 +209,32 @@ TEST(KvParamsKey, EqualExactlyForTheSameCacheParams) {
   EXPECT_NE(kv_params_key(a), kv_params_key(b));
 }
 
+TEST(BudgetFreeKey, AFractionRequestResumesASessionOfAnyByteBudget) {
+  KvCacheParams req;  // the request: qevict at a fraction
+  req.policy = "qevict";
+  req.budget_fraction = 0.2;
+  KvCacheParams first = req, later = req;  // what its turns' fractions were made into
+  first.budget_fraction = later.budget_fraction = 0.0;
+  first.budget_bytes = 150000;
+  later.budget_bytes = 190000;
+  EXPECT_NE(kv_params_key(first), kv_params_key(later));
+  EXPECT_EQ(budget_free_key(req), budget_free_key(first));
+  EXPECT_EQ(budget_free_key(first), budget_free_key(later));
+  EXPECT_NE(budget_free_key(first), kv_params_key(first));  // marked apart
+  KvCacheParams other = first;
+  other.pool = 5;
+  EXPECT_NE(budget_free_key(first), budget_free_key(other));
+
+  SessionStore st;
+  SessionEntry e = entry("a", seq(0, 100), 0, 10);
+  e.kv = first;
+  e.key = kv_params_key(first);
+  st.put(std::move(e));
+  const auto prompt = cat(seq(0, 100), seq(2000, 5));
+  EXPECT_TRUE(st.match("", prompt, budget_free_key(req), 200, kRules));  // the fraction
+  EXPECT_TRUE(st.match("", prompt, kv_params_key(first), 200, kRules));  // the same bytes
+  EXPECT_FALSE(st.match("", prompt, kv_params_key(later), 200, kRules));  // other bytes
+}
+
 }  // namespace
 }  // namespace qevict
