@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "common/bytes_bound.h"
 #include "common/kv_shape.h"
+#include "common/staged_bound.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/options.h"
 #include "kvcache/params.h"
@@ -22,9 +22,6 @@
 
 namespace qevict {
 namespace {
-
-// Layers 2, 4 query heads on 2 KV heads of 64: a small model's geometry, quick to attend.
-KvShape shape() { return test::rope_shape(2, 4, 2, 64); }
 
 KvCacheParams staged_params(PrefillRoute route, double budget) {
   KvCacheParams p;
@@ -103,44 +100,6 @@ TEST(StagedRoute, OptionAndValidation) {
   }
 }
 
-// The bound, per call of a prompt of n tokens so far read in calls of `chunk`, in two parts.
-// The store (pools, sinks, window tables):
-//   n_layers · (staged_prompt_bytes(n, chunk)    sink, local, the staged prompt, the call
-//               + one partly used chunk per pool  (pools grow and shrink by chunks)
-//               + one entry per window             (a table's spare room: capacity ≤ 2 · size))
-// The rest of the cache:
-//   the RoPE table (fixed by n_ctx) + 16 KiB (the object)
-//   + the observation window: (n_layers + 1) · N query rows (kept; their discarded outputs)
-//   + one layer's block list: (windows + 1) · (KvBlockRef + f64 mass + i32 id)
-//   + the attention kernel's scratch for one call (BlockAttnScratch, kernels/attention.cpp):
-//     block masses min(2^20, chunk · (windows + 1) · group · 2) f32, partial states and their
-//     merge ≤ 2 · chunk · q_width f32, and per pool thread (FusedAttnScratch, every slot as
-//     large as the largest) per cached token a run's decoded key and value (2 · head_dim f32),
-//     scores of up to 16 queries (17 · group f32) and two row pointers, per block its ref,
-//     RoPE rotation (2 · head_dim f32) and span (24 B), and 64 KiB.
-// What end, chunk and staged share (the kernel's scratch) is sized by the call and the blocks.
-size_t store_bound(const KvShape& s, const KvBudget& b, int64_t n, int64_t chunk) {
-  const int64_t windows = (std::max<int64_t>(n - b.sink, 0) + b.window - 1) / b.window;
-  return size_t(s.n_layers) * (b.staged_prompt_bytes(n, chunk) + pool_chunks_bytes(b) +
-                               size_t(windows) * sizeof(WindowStore::Window));
-}
-size_t rest_bound(const KvShape& s, const KvBudget& b, int64_t n, int64_t chunk, int window_q,
-                  size_t rope_bytes, int threads) {
-  const int64_t windows = (std::max<int64_t>(n - b.sink, 0) + b.window - 1) / b.window;
-  const size_t qrow = size_t(s.q_width()) * sizeof(float);
-  const size_t block_masses =
-      std::min<size_t>(size_t(1) << 20, size_t(chunk) * size_t(windows + 1) * s.group() * 2) *
-      sizeof(float);
-  return rope_bytes + (size_t(16) << 10) + size_t(s.n_layers + 1) * size_t(window_q) * qrow +
-         size_t(windows + 1) * (sizeof(KvBlockRef) + sizeof(double) + sizeof(int32_t)) +
-         block_masses + 2 * size_t(chunk) * qrow +
-         size_t(threads) *
-             (size_t(n) *
-                  (size_t(2 * s.head_dim + 17 * s.group()) * sizeof(float) + 2 * sizeof(void*)) +
-              size_t(windows + 1) * (sizeof(KvBlockRef) + 2 * s.head_dim * sizeof(float) + 24) +
-              (size_t(64) << 10));
-}
-
 // A 3,072-token prompt in 256-token calls at 20 % (6 layers, so that the one layer's
 // attention scratch is not most of what a cache holds): after every call, what the cache
 // held before its commit (the peak the schedule notes) is within the bound; no routing, no
@@ -169,8 +128,9 @@ TEST(StagedRoute, LongPromptPeakWithinTheStatedBoundAndBelowEndAndFullKv) {
       EXPECT_EQ(r.total().evictions, 0);
       if (route != PrefillRoute::kStaged) continue;
       EXPECT_EQ(r.total().demotions, 0) << "staging is no routing demotion";
-      const size_t sb = store_bound(s, b, n, chunk);
-      const size_t rb = rest_bound(s, b, n, chunk, p.prefill_window, peer.rope_bytes(), threads);
+      const size_t sb = test::staged_store_bound(s, b, n, chunk);
+      const size_t rb =
+          test::staged_rest_bound(s, b, n, chunk, p.prefill_window, peer.rope_bytes(), threads);
       if (n % 1024 == 0)
         std::printf("n %lld: held %zu (store %zu of bound %zu, the rest %zu of bound %zu)\n",
                     (long long)n, h.all, h.store, sb, h.all - h.store, rb);
