@@ -87,11 +87,12 @@ struct KvCacheParams {
   int pool = 0;
   PoolSide pool_side = PoolSide::kBoth;
   PrefillRoute prefill_route = PrefillRoute::kChunk;
-  // How that one kEnd / kStaged routing ranks windows (windowed caches): 0 = the cumulative score S̄
-  // of every prompt query (Eq. 1, SPEC §2); N > 0 = the attention mass the last N prompt
-  // queries put on each window only (SnapKV's observation window, w = 32 in init_snapkv,
-  // BASELINES.md), after which scores restart from that mass. The qevict registry row makes
-  // 32 the default with route kEnd (chosen from the eval suite) unless the option is given.
+  // How that one kEnd / kStaged routing ranks windows (windowed caches): 0 = the cumulative
+  // score S̄ of every prompt query (Eq. 1, SPEC §2); N > 0 = the attention mass the last N
+  // prompt queries put on each window only (SnapKV's observation window, w = 32 in
+  // init_snapkv, BASELINES.md), after which scores restart from that mass. The qevict
+  // registry row makes 32 the default with route kEnd or kStaged (chosen from the eval suite
+  // for kEnd) unless the option is given.
   int prefill_window = 0;
   std::string trace_path;  // --kv-trace: JSONL record per routing event and layer
   // KIVI / KVQuant / ZipCache: filled by their registry rows.
