@@ -315,7 +315,7 @@ Runner add_eval(CLI::App& app) {
   app.add_option("--variants", a->variants,
                  "comma-separated KV policies (" + policy_names(", ") +
                      "), each optionally NAME:key=value[:...] with key score, q, window, "
-                     "route_every, sink, local, bits (2, 4 or auto), route (chunk|end), "
+                     "route_every, sink, local, bits (2, 4 or auto), route (chunk|end|staged), "
                      "prefill_window or pool (e.g. "
                      "qevict:score=age, qevict:q=0, qevict:route=end); variants that keep the "
                      "whole prompt until it ends (full, route=end) share one prefill");

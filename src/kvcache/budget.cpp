@@ -26,6 +26,13 @@ RoutingBudget KvBudget::routing() const {
   return r;
 }
 
+size_t KvBudget::staged_prompt_bytes(int64_t n_prompt, int64_t chunk) const {
+  const int64_t windows = (std::max<int64_t>(n_prompt - sink, 0) + window - 1) / window;
+  const size_t staged = std::max(hist_bytes, size_t(windows) * window_quant);
+  return sink_bytes + local_bytes + staged +
+         size_t((chunk + window - 1) / window + 1) * window_full;
+}
+
 std::string KvBudget::floor_note() const {
   if (!floored) return "";
   return fmt::format(

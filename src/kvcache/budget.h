@@ -92,6 +92,13 @@ struct KvBudget {
     return n > 0 ? n / window : 0;
   }
   RoutingBudget routing() const;
+  // --prefill-route staged: the most one layer's store holds (pools in use, sink, window
+  // entries) while a prompt of n_prompt tokens is read in calls of `chunk` tokens:
+  //   B_sink + B_local + max(B_hist, ⌈(n_prompt − S)/ω⌉ · M_q) + (⌈chunk/ω⌉ + 1) · M_f
+  // (windows held in 16 bits while they would all fit in F, at most B_hist; else every aged
+  // window staged at M_q; the call's own windows in 16 bits). Pool chunks partly used,
+  // the tables' spare room and scratch are not in it (tests/kvcache/staged_route_test.cpp).
+  size_t staged_prompt_bytes(int64_t n_prompt, int64_t chunk) const;
   std::string describe() const;  // one line of the figures above
   // "budget floored at N B/layer: the fraction gave M, below ..." when floored, else "".
   std::string floor_note() const;

@@ -80,7 +80,10 @@ Expected<size_t> kind_max_bytes(const PolicyInfo& row, const KvShape& shape, int
     return peak + peak / 20 + kCacheConstantBytes;
   }
   size_t peak = b->total * size_t(shape.n_layers) + size_t(prefill_chunk) * token;
-  if (p.defers_prompt()) peak = std::max(peak, size_t(prompt_len) * token);
+  if (p.holds_prompt()) peak = std::max(peak, size_t(prompt_len) * token);
+  if (p.prefill_route == PrefillRoute::kStaged)
+    peak =
+        std::max(peak, b->staged_prompt_bytes(prompt_len, prefill_chunk) * size_t(shape.n_layers));
   return peak + peak / 20 + kCacheConstantBytes;
 }
 

@@ -224,6 +224,7 @@ Status HeadKvCache::commit() {
   if (n > 1) attn_.trim();  // a chunk's attention scratch is far larger than decode's
   switch (due) {
     case RoutingSchedule::Due::kHoldPrompt:
+    case RoutingSchedule::Due::kStagePrompt:  // staged is the tiered cache's (validate())
     case RoutingSchedule::Due::kNothing:
       return Status::ok();
     case RoutingSchedule::Due::kPrompt:

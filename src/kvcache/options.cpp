@@ -228,18 +228,25 @@ void add_tier_rows(std::vector<KvOptionInfo>& r) {
   r.push_back(enum_row<PrefillRoute>(
       "prefill_route", "--prefill-route",
       "when budgeted caches route the prompt: chunk (after every prefill chunk; peak memory = "
-      "budget + one chunk) or end (hold the whole prompt in full precision, route once when it "
-      "is in; the paper's code; peak memory = the prompt). Default end (for qevict chosen from "
-      "the eval suite, EVALUATION.md; the SnapKV family, kivi and zipcache compress the prompt "
-      "once in their references), but chunk for streaming, h2o and kvquant",
-      &KvCacheParams::prefill_route, {{"chunk", PrefillRoute::kChunk}, {"end", PrefillRoute::kEnd}},
+      "budget + one chunk), end (hold the whole prompt in full precision, route once when it "
+      "is in; the paper's code; peak memory = the prompt) or staged (qevict: route once when "
+      "it is in, as end, but quantize the windows that leave the local region into the "
+      "low-bit tier meanwhile; peak memory = the prompt at low bits + one chunk). Default end "
+      "(for qevict chosen from the eval suite, EVALUATION.md; the SnapKV family, kivi and "
+      "zipcache compress the prompt once in their references), but chunk for streaming, h2o "
+      "and kvquant",
+      &KvCacheParams::prefill_route,
+      {{"chunk", PrefillRoute::kChunk},
+       {"end", PrefillRoute::kEnd},
+       {"staged", PrefillRoute::kStaged}},
       &KvParamsGiven::prefill_route, "route"));
-  r.push_back(int_row("prefill_window", "--prefill-window",
-                      "with --prefill-route end on windowed caches: 0 ranks the prompt by the "
-                      "cumulative attention of all its queries (Eq. 1); N > 0 by the last N "
-                      "queries only (SnapKV's observation window, w = 32 in its code). Default 32 "
-                      "for qevict (chosen from the eval suite, EVALUATION.md), else 0",
-                      &KvCacheParams::prefill_window, &KvParamsGiven::prefill_window));
+  r.push_back(
+      int_row("prefill_window", "--prefill-window",
+              "with --prefill-route end or staged on windowed caches: 0 ranks the prompt by the "
+              "cumulative attention of all its queries (Eq. 1); N > 0 by the last N "
+              "queries only (SnapKV's observation window, w = 32 in its code). Default 32 "
+              "for qevict (chosen from the eval suite, EVALUATION.md), else 0",
+              &KvCacheParams::prefill_window, &KvParamsGiven::prefill_window));
   {
     KvOptionInfo o =
         row("trace", "--kv-trace", "PATH",

@@ -9,7 +9,17 @@
 
 namespace qevict {
 
-const char* to_string(PrefillRoute r) { return r == PrefillRoute::kEnd ? "end" : "chunk"; }
+const char* to_string(PrefillRoute r) {
+  switch (r) {
+    case PrefillRoute::kEnd:
+      return "end";
+    case PrefillRoute::kStaged:
+      return "staged";
+    case PrefillRoute::kChunk:
+      break;
+  }
+  return "chunk";
+}
 const char* to_string(ScoreMode s) { return s == ScoreMode::kAge ? "age" : "sum"; }
 const char* to_string(PoolSide s) { return s == PoolSide::kAfter ? "after" : "both"; }
 
@@ -68,9 +78,19 @@ Status KvCacheParams::validate() const {
   if (prefill_window < 0 || prefill_window > 4096)
     return Status::error(
         fmt::format("--prefill-window must be in [0, 4096], got {}", prefill_window));
-  if (prefill_window > 0 && prefill_route != PrefillRoute::kEnd)
-    return Status::error("--prefill-window scores the one routing of --prefill-route end");
+  if (prefill_window > 0 && !defers_prompt())
+    return Status::error(
+        "--prefill-window scores the one routing of --prefill-route end or staged");
   if (row->kind == CacheKind::kFull) return Status::ok();
+  // Staging needs the tiered cache's low-bit tier: the prompt's aged windows are kept there.
+  if (prefill_route == PrefillRoute::kStaged && row->kind != CacheKind::kWindowed)
+    return Status::error(fmt::format(
+        "--prefill-route staged applies to the tiered cache (qevict), not to {}", policy));
+  if (prefill_route == PrefillRoute::kStaged && !(q > 0.0))
+    return Status::error(fmt::format(
+        "--prefill-route staged keeps the prompt in the low-bit tier, which {} has none of "
+        "(--kv-q 0)",
+        policy));
   // Whether a budget was given (and only one form) is compute_budget's check (budget.cpp).
   if (budget_fraction < 0.0 || std::isnan(budget_fraction))
     return Status::error("--kv-budget must be positive");

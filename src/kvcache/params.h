@@ -22,8 +22,12 @@ struct KvQuantLayerCalib;  // kvcache/quantizers/kvquant_policy.h
 // When a budgeted cache routes during prefill (SPEC §4): kChunk after every prefill chunk
 // (peak bytes ≤ budget + one chunk, whatever the prompt); kEnd holds the whole prompt in full
 // precision and routes once, when the prompt is complete (SequenceKvCache::end_prompt, or the
-// first decode step): the paper's own code, peak bytes = the prompt.
-enum class PrefillRoute { kChunk, kEnd };
+// first decode step): the paper's own code, peak bytes = the prompt. kStaged (windowed caches
+// with a low-bit tier, issue 52): routes once at the same point as kEnd, with the same
+// scoring, but windows that leave the local region while the prompt is read are quantized
+// into the low-bit tier at once (the staged copy; nothing evicted), so the peak is sink +
+// local + the prompt at low bits + one chunk (KvBudget::staged_prompt_bytes).
+enum class PrefillRoute { kChunk, kEnd, kStaged };
 // How qevict ranks windows (QEvictPolicy, SPEC §2): kSum = the cumulative score S̄(w) (paper
 // Eq. 1); kAge = S̄(w) per query token that has seen the window.
 enum class ScoreMode { kSum, kAge };
@@ -32,7 +36,7 @@ enum class ScoreMode { kSum, kAge };
 // follow a peak — the rest of a value the question found — rise with it).
 enum class PoolSide { kBoth, kAfter };
 
-const char* to_string(PrefillRoute r);  // "chunk", "end"
+const char* to_string(PrefillRoute r);  // "chunk", "end", "staged"
 const char* to_string(ScoreMode s);     // "sum", "age"
 const char* to_string(PoolSide s);      // "both", "after"
 
@@ -83,17 +87,21 @@ struct KvCacheParams {
   int pool = 0;
   PoolSide pool_side = PoolSide::kBoth;
   PrefillRoute prefill_route = PrefillRoute::kChunk;
-  // How that one kEnd routing ranks windows (windowed caches): 0 = the cumulative score S̄
-  // of every prompt query (Eq. 1, SPEC §2); N > 0 = the attention mass the last N prompt
-  // queries put on each window only (SnapKV's observation window, w = 32 in init_snapkv,
-  // BASELINES.md), after which scores restart from that mass. The qevict registry row makes
-  // 32 the default with route kEnd (chosen from the eval suite) unless the option is given.
+  // How that one kEnd / kStaged routing ranks windows (windowed caches): 0 = the cumulative
+  // score S̄ of every prompt query (Eq. 1, SPEC §2); N > 0 = the attention mass the last N
+  // prompt queries put on each window only (SnapKV's observation window, w = 32 in
+  // init_snapkv, BASELINES.md), after which scores restart from that mass. The qevict
+  // registry row makes 32 the default with route kEnd or kStaged (chosen from the eval suite
+  // for kEnd) unless the option is given.
   int prefill_window = 0;
   std::string trace_path;  // --kv-trace: JSONL record per routing event and layer
   // KIVI / KVQuant / ZipCache: filled by their registry rows.
   QuantizerOptions quant;
 
-  bool defers_prompt() const { return prefill_route == PrefillRoute::kEnd; }
+  // The prompt is routed once, at its end (end, staged).
+  bool defers_prompt() const { return prefill_route != PrefillRoute::kChunk; }
+  // ... and held in full precision until then (end).
+  bool holds_prompt() const { return prefill_route == PrefillRoute::kEnd; }
   // Checks every field, and the policy's own rules (its registry row).
   Status validate() const;
 };

@@ -1,7 +1,8 @@
 // When a cache routes (SPEC §1, §4): one schedule shared by every cache with a rule — the
 // tiered cache, the per-head caches and the quantizers that compress a prompt (KIVI,
-// ZipCache). It counts decode steps since the last routing event, holds the prompt with
-// --prefill-route end until it is complete, tracks the most bytes held and times events.
+// ZipCache). It counts decode steps since the last routing event, defers the prompt's routing
+// with --prefill-route end (the prompt held) or staged (the prompt staged at low bits) until it
+// is complete, tracks the most bytes held and times events.
 // The cache asks it what a commit calls for and does that; the schedule never touches storage.
 #pragma once
 
@@ -21,27 +22,28 @@ class RoutingSchedule {
  public:
   // What a commit calls for.
   enum class Due {
-    kNothing,     // a decode step before Ω steps have passed since the last event
-    kHoldPrompt,  // a prefill chunk of a deferred prompt: keep it, route nothing yet
-    kPrompt,      // the first decode step after a deferred prompt: route the prompt now
-    kChunk,       // a prefill chunk (--prefill-route chunk): route after it
-    kDecode,      // Ω decode steps since the last event
+    kNothing,      // a decode step before Ω steps have passed since the last event
+    kHoldPrompt,   // a prefill chunk of a deferred prompt (end): keep it, route nothing yet
+    kStagePrompt,  // a prefill chunk of a staged prompt: quantize the windows that left the
+                   // local region into the low-bit tier, evict nothing, route nothing yet
+    kPrompt,       // the first decode step after a deferred prompt: route the prompt now
+    kChunk,        // a prefill chunk (--prefill-route chunk): route after it
+    kDecode,       // Ω decode steps since the last event
   };
 
-  RoutingSchedule(PrefillRoute route, int route_every)
-      : defer_(route == PrefillRoute::kEnd), route_every_(route_every) {}
+  RoutingSchedule(PrefillRoute route, int route_every) : route_(route), route_every_(route_every) {}
 
   // A call of n_new tokens was committed and the cache now holds `bytes_held`: counts the
   // step, notes the peak, and says what is due. A chunk of a deferred prompt marks the
-  // prompt pending (kHoldPrompt).
+  // prompt pending (kHoldPrompt, kStagePrompt).
   Due on_commit(int64_t n_new, size_t bytes_held) {
     ++steps_;
     note_bytes(bytes_held);
     const bool chunk = n_new > 1;
-    if (defer_) {
+    if (defers_prompt()) {
       if (chunk) {
         pending_ = true;
-        return Due::kHoldPrompt;
+        return route_ == PrefillRoute::kStaged ? Due::kStagePrompt : Due::kHoldPrompt;
       }
       if (pending_) return Due::kPrompt;
     }
@@ -49,8 +51,10 @@ class RoutingSchedule {
     return steps_ >= route_every_ ? Due::kDecode : Due::kNothing;
   }
 
-  // --prefill-route end: prompts are held in full until end_prompt().
-  bool defers_prompt() const { return defer_; }
+  // --prefill-route end or staged: the prompt is routed once, at end_prompt().
+  bool defers_prompt() const { return route_ != PrefillRoute::kChunk; }
+  // --prefill-route end: until then every prompt token is held in full precision.
+  bool holds_prompt() const { return route_ == PrefillRoute::kEnd; }
   // Prompt tokens committed and not yet routed.
   bool prompt_pending() const { return pending_; }
   // For caches that decide themselves when a prompt call is held (the quantizers).
@@ -108,7 +112,7 @@ class RoutingSchedule {
   }
 
  private:
-  bool defer_;
+  PrefillRoute route_;
   int route_every_;
   int steps_ = 0;
   int64_t events_ = 0;

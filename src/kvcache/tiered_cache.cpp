@@ -20,7 +20,10 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       qlayout_{p_.bits, shape.n_kv_heads, shape.head_dim, p_.window, p_.value_group, p_.value_bits},
       // Only low-bit windows need the table (their keys are stored before RoPE): a cache
       // without a Q tier (StreamingLLM, two-tier) holds none.
-      rope_(budget.capacity_quant > 0 ? RopeTable(shape.rope, shape.head_dim, n_ctx) : RopeTable()),
+      // (and a staged prompt's).
+      rope_(budget.capacity_quant > 0 || params.prefill_route == PrefillRoute::kStaged
+                ? RopeTable(shape.rope, shape.head_dim, n_ctx)
+                : RopeTable()),
       store_(shape, budget, qlayout_, p_.dtype, &rope_),
       trace_(std::move(trace)),
       sched_(p_.prefill_route, p_.route_every),
@@ -179,9 +182,14 @@ Status TieredKvCache::commit() {
   n_new_ = 0;
   // Routing events (SPEC §1): after every prefill chunk and every Ω decode steps; with
   // --prefill-route end the prompt is held and routed at end_prompt() or, for callers that do
-  // not say, at the first decode step (the paper's code compresses there).
+  // not say, at the first decode step (the paper's code compresses there); with staged the
+  // same, its chunks' aged windows quantized meanwhile.
   switch (sched_.on_commit(n, bytes_held())) {
     case RoutingSchedule::Due::kHoldPrompt:
+      trim_scratch();
+      return Status::ok();
+    case RoutingSchedule::Due::kStagePrompt:
+      stage_prompt();
       trim_scratch();
       return Status::ok();
     case RoutingSchedule::Due::kPrompt:
@@ -197,6 +205,15 @@ Status TieredKvCache::commit() {
       break;
   }
   return Status::ok();
+}
+
+void TieredKvCache::stage_prompt() {
+  // Aged windows stay in 16 bits while all of them would fit in F (the policy keeps them
+  // all there then: QEvictPolicy's "every candidate fits" rule), so a prompt within the
+  // budget is routed from exact copies, as with end.
+  const RoutingBudget b = budget_.routing();
+  const int64_t hold = int64_t((b.full_bytes + b.quant_bytes) / b.window_full);
+  for (int l = 0; l < shape_.n_layers; ++l) store_.stage(l, n_past_, hold);
 }
 
 void TieredKvCache::trim_scratch() {
@@ -235,6 +252,8 @@ std::string TieredKvCache::describe() const {
   std::string scoring;
   if (p_.prefill_window > 0 && p_.defers_prompt())
     scoring = fmt::format("prompt-end window of {} queries", p_.prefill_window);
+  if (p_.prefill_route == PrefillRoute::kStaged)
+    scoring += fmt::format("{}prompt staged in Q", scoring.empty() ? "" : ", ");
   if (p_.pool > 0)
     scoring += fmt::format("{}max-pooled with {} windows {}", scoring.empty() ? "" : ", ", p_.pool,
                            p_.pool_side == PoolSide::kAfter ? "before" : "either side");

@@ -19,6 +19,23 @@
 //                     axis, so no separate pool). The scores then restart from that mass:
 //                     keeping the prompt's S̄ would let the first decode routing evict, by the
 //                     haystack's cumulative mass, what the question pointed to.
+//
+// --prefill-route staged (issue 52): the end route's one routing event and scores with a
+// bounded peak. While the prompt is read (chunks, RoutingSchedule::Due::kStagePrompt), the
+// windows that leave the local region are quantized into the low-bit tier — the staged copy,
+// in the Q tier's own layout (QuantLayout: --kv-bits / --kv-value-bits; one layout per store,
+// which the attention kernel decodes for every low-bit block), the window's ledger entry —
+// and their 16-bit slots freed; nothing is evicted. Only while every aged window would fit in
+// F (K_f·M_f + K_q·M_q) are they kept in 16 bits, as the routing would keep them. Bytes held
+// while the prompt is read: ≤ KvBudget::staged_prompt_bytes per layer (sink + local + the
+// prompt at M_q + one chunk) + tables and scratch. At end_prompt() (or the first decode step)
+// the same routing as end's, with the same observation window and pooling, decides F/Q/E over
+// every aged window: windows planned for F are promoted from their staged copies (decode,
+// re-apply RoPE: lossy at the ledger's bits, and the ledger entry is kept as after any
+// promotion), windows planned for Q keep them, the rest are evicted to fit the budget.
+// Unlike end, the prompt's own attention — the later prompt tokens' and the observation
+// window's — sees the staged windows' low-bit keys and values, not 16-bit ones. A later turn
+// (a prompt appended after decoding) stages and routes the same way; decode is unchanged.
 #pragma once
 
 #include <memory>
@@ -55,13 +72,13 @@ class TieredKvCache final : public SequenceKvCache {
   Status commit_alone(ThreadPool& pool) override;
   Status end_prompt_alone(ThreadPool& pool) override;
   Status route() override;
-  bool prefill_keeps_everything() const override { return sched_.defers_prompt(); }
+  bool prefill_keeps_everything() const override { return sched_.holds_prompt(); }
   // Replay of a deferred prompt: the tokens, and window scores from the shared masses (f16
   // attention over every prompt token, as this cache's own with the default --kv-dtype);
   // with --prefill-window, the masses of the prompt's last queries only.
   PromptReplay prompt_replay() const override {
-    return sched_.defers_prompt() && p_.dtype == HalfType::kF16 ? PromptReplay::kMasses
-                                                                : PromptReplay::kAttend;
+    return sched_.holds_prompt() && p_.dtype == HalfType::kF16 ? PromptReplay::kMasses
+                                                               : PromptReplay::kAttend;
   }
   int64_t prompt_mass_window() const override { return p_.prefill_window; }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
@@ -87,8 +104,11 @@ class TieredKvCache final : public SequenceKvCache {
   bool route_layers_parallel(std::vector<Status>* st);
   // One layer of a routing event: candidates, the policy's plan, the store applies it.
   Status route_layer(int l, RoutingPolicy& pol, RoutingRequest& req, RoutingPlan& plan);
-  // The one routing event of a deferred prompt (--prefill-route end).
+  // The one routing event of a deferred prompt (--prefill-route end, staged).
   Status route_prompt();
+  // --prefill-route staged, after a prompt chunk: every layer's aged windows to the low-bit
+  // tier (WindowStore::stage).
+  void stage_prompt();
   // Whether this call's queries belong to the prompt's observation window.
   bool observing() const {
     return sched_.defers_prompt() && p_.prefill_window > 0 &&

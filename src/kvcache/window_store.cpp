@@ -234,9 +234,10 @@ Status WindowStore::apply(int layer, const RoutingRequest& req, const RoutingPla
   return Status::ok();
 }
 
-void WindowStore::demote(Layer& L, Window& w, int32_t id) {
+void WindowStore::quantize(Layer& L, Window& w, int32_t id) {
   if (w.q_slot < 0) {
-    // First demotion: invert RoPE on the 16-bit keys and quantize (once per window, ever).
+    // First demotion (or staging): invert RoPE on the 16-bit keys and quantize (once per
+    // window, ever).
     auto t0 = Clock::now();
     const int H = shape_.n_kv_heads, d = shape_.head_dim, W = budget_.window;
     thread_local std::vector<float> kp, vp;
@@ -262,6 +263,10 @@ void WindowStore::demote(Layer& L, Window& w, int32_t id) {
     ++L.counters.quantizations;
     L.quant_s += since(t0);
   }
+}
+
+void WindowStore::demote(Layer& L, Window& w, int32_t id) {
+  quantize(L, w, id);
   if (w.f_slot >= 0) {
     L.fpool.release(w.f_slot);
     w.f_slot = -1;
@@ -294,6 +299,29 @@ void WindowStore::promote(Layer& L, Window& w, int32_t id) {
   w.tier = Tier::kFull;
   ++L.counters.promotions;
   L.promote_s += since(t0);
+}
+
+int64_t WindowStore::stage(int layer, int64_t n_past, int64_t hold) {
+  Layer& L = layers_[layer];
+  const int64_t aged = budget_.aged_windows(n_past);
+  int64_t kept = 0;
+  for (const Window& w : L.windows) {
+    if (w.id >= aged) break;
+    if (w.tier != Tier::kEvicted) ++kept;
+  }
+  if (kept <= hold) return 0;
+  int64_t staged = 0;
+  for (Window& w : L.windows) {
+    if (w.id >= aged) break;
+    if (w.tier != Tier::kLocal) continue;
+    quantize(L, w, w.id);
+    L.fpool.release(w.f_slot);
+    w.f_slot = -1;
+    w.tier = Tier::kQuant;  // not `routed`: the prompt's routing is its first
+    ++staged;
+  }
+  if (staged > 0) compact(L);  // the freed 16-bit slots go to the next chunk, or back
+  return staged;
 }
 
 void WindowStore::evict(Layer& L, Window& w) {

@@ -76,6 +76,12 @@ class WindowStore {
   // Checks `plan` (an answer to `req`) against the budget and applies it; on error nothing
   // changed. Layers are independent: different layers may be routed on different threads.
   Status apply(int layer, const RoutingRequest& req, const RoutingPlan& plan);
+  // --prefill-route staged: every aged window still in the local tier at n_past is quantized
+  // into Q (its ledger entry: the staged copy, made once), its 16-bit slot freed — unless at
+  // most `hold` windows are aged and not evicted, which then stay in 16 bits (they would all
+  // fit in F). Nothing is evicted and no budget is checked: the prompt's routing decides.
+  // Returns the windows staged.
+  int64_t stage(int layer, int64_t n_past, int64_t hold);
 
   void clear();
 
@@ -143,6 +149,7 @@ class WindowStore {
   uint16_t* f_v(Layer& L, int32_t slot, int h) const;
   const uint16_t* f_k(const Layer& L, int32_t slot, int h) const;
   const uint16_t* f_v(const Layer& L, int32_t slot, int h) const;
+  void quantize(Layer& L, Window& w, int32_t id);  // the ledger entry, once (demote, stage)
   void demote(Layer& L, Window& w, int32_t id);
   void promote(Layer& L, Window& w, int32_t id);
   void evict(Layer& L, Window& w);

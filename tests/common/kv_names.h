@@ -9,6 +9,7 @@
 namespace qevict::test {
 
 inline PrefillRoute route_of(const std::string& s) {
+  if (s == "staged") return PrefillRoute::kStaged;
   return s == "end" ? PrefillRoute::kEnd : PrefillRoute::kChunk;
 }
 inline ScoreMode score_of(const std::string& s) {

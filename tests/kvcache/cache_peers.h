@@ -30,6 +30,10 @@ class TieredKvCacheTestPeer {
   const WindowStore& store() const { return c_.store_; }
   WindowStore& mutable_store() { return c_.store_; }
   const QuantLayout& quant_layout() const { return c_.qlayout_; }
+  // What the cache holds beside the store and the RoPE table: attention and routing scratch,
+  // the observation window's queries and outputs.
+  size_t attention_scratch_bytes() const { return c_.attn_.bytes(); }
+  size_t rope_bytes() const { return c_.rope_.bytes(); }
   // Moves one aged window to tier t through the store's plan path (every other candidate
   // keeps its tier; windows that just aged go to F).
   Status force_tier(int layer, int32_t id, Tier t) {

@@ -1,8 +1,8 @@
 // --prefill-route end (SPEC §4): the windowed and per-head caches route nothing while the
 // prompt is read, route exactly once when it ends (end_prompt() or the first decode step),
 // and hold ≤ budget afterwards; a needle window that only the question (the last queries)
-// attends to survives with `end` and is evicted with `chunk`; `chunk` is unchanged by the
-// end_prompt() hook.
+// attends to survives with `end` and is evicted with `chunk`, and ends in F with `staged`;
+// `chunk` is unchanged by the end_prompt() hook.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -204,6 +204,37 @@ TEST(PrefillRouteEnd, NeedleSeenOnlyByTheQuestionSurvivesEndNotChunk) {
   }
 }
 
+// staged (issue 52): the same needle, staged at low bits while the haystack is read (the
+// question's queries see its low-bit keys), is promoted to F by the prompt's one routing
+// event, and read back while decoding.
+TEST(PrefillRouteStaged, NeedleAttendedByTheLastQueriesEndsInF) {
+  ThreadPool pool(2);
+  NeedleDriver d;
+  KvCacheParams p = qevict_params("staged", 32);
+  p.pool = 2;  // qevict's default with a prefill window
+  auto c = make(d.s, 440, p);
+  ASSERT_NE(c, nullptr);
+  for (int chunk = 0; chunk < 4; ++chunk) d.call(*c, 92, Role::kHaystack, pool);
+  d.call(*c, 32, Role::kQuestion, pool);
+  KvReport r = report_of(*c, ReportDetail::kTiers);
+  EXPECT_EQ(r.routing_events, 0);
+  for (int l = 0; l < d.s.n_layers; ++l)
+    EXPECT_EQ(int(r.position_tiers[size_t(l)][size_t(d.needle0)]), int(Tier::kQuant))
+        << "staged, layer " << l;
+  ASSERT_TRUE(c->end_prompt().is_ok());
+  r = report_of(*c, ReportDetail::kTiers);
+  EXPECT_EQ(r.routing_events, 1);
+  for (int l = 0; l < d.s.n_layers; ++l) {
+    EXPECT_LE(r.layers[l].bytes_budgeted, r.budget.total);
+    EXPECT_EQ(int(r.position_tiers[size_t(l)][size_t(d.needle0)]), int(Tier::kFull))
+        << "layer " << l;
+    EXPECT_EQ(r.layers[l].promotions, r.layers[l].windows_full) << "layer " << l;
+    EXPECT_GT(r.layers[l].evictions, 0) << "the budget forces a choice";
+  }
+  const std::vector<float> o = d.call(*c, 1, Role::kQuestion, pool);
+  EXPECT_GT(o[5], 5.0f);
+}
+
 // `chunk` (the default) is untouched by the end_prompt() hook: same outputs bit for bit,
 // same routing events, whether or not the caller says the prompt has ended.
 TEST(PrefillRouteChunk, EndPromptHookChangesNothing) {
@@ -243,6 +274,9 @@ TEST(PrefillRoute, ParamsAreValidated) {
   EXPECT_FALSE(p.validate().is_ok());
   p.prefill_route = PrefillRoute::kEnd;
   EXPECT_TRUE(p.validate().is_ok());
+  p.prefill_route = PrefillRoute::kStaged;  // end's scoring, staged prompt
+  EXPECT_TRUE(p.validate().is_ok());
+  p.prefill_route = PrefillRoute::kEnd;
   p.prefill_window = -1;
   EXPECT_FALSE(p.validate().is_ok());
   p.prefill_window = 32;
