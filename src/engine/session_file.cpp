@@ -86,7 +86,7 @@ Status get_params(ByteReader& r, KvCacheParams* p) {
   QEVICT_RETURN_IF_ERROR(get_int(r, &p->pool, 0, 1 << 16, "pool"));
   QEVICT_RETURN_IF_ERROR(get_u8(r, &u, uint8_t(PoolSide::kAfter), "pool_side"));
   p->pool_side = PoolSide(u);
-  QEVICT_RETURN_IF_ERROR(get_u8(r, &u, uint8_t(PrefillRoute::kEnd), "prefill_route"));
+  QEVICT_RETURN_IF_ERROR(get_u8(r, &u, uint8_t(PrefillRoute::kStaged), "prefill_route"));
   p->prefill_route = PrefillRoute(u);
   QEVICT_RETURN_IF_ERROR(get_int(r, &p->prefill_window, 0, 1 << 20, "prefill_window"));
   QuantizerOptions& q = p->quant;

@@ -184,7 +184,7 @@ class Server:
 
 def chat_turn(port, messages, sid):
     body = {"model": "m", "messages": messages, "max_tokens": args.max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}, "cache_prompt": True}
+            "stream": True, "stream_options": {"include_usage": True}}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
     t0 = time.time()
     c.request("POST", "/v1/chat/completions", json.dumps(body),
