@@ -59,7 +59,8 @@ http {
       proxy_http_version 1.1;
       proxy_buffering off;               # stream tokens as they come
       proxy_read_timeout 600s;
-      proxy_next_upstream error timeout http_502 http_503;
+      # POST is not idempotent: nginx retries it on the other replica only when told to.
+      proxy_next_upstream error timeout http_502 http_503 non_idempotent;
       add_header X-Qevict-Upstream \$upstream_addr always;
     }
   }
