@@ -303,9 +303,12 @@ const std::set<std::string>& stopwords() {
       "this", "those", "though", "through", "thus", "to", "too", "under", "until", "up", "upon",
       "us", "very", "via", "was", "we", "were", "what", "when", "where", "whether", "which",
       "while", "who", "whom", "whose", "why", "will", "with", "within", "without", "would", "yet",
-      "you", "your", "yours", "also", "usually", "sometimes",
+      "you", "your", "yours", "also", "usually", "sometimes", "cannot", "something", "anything",
+      // contractions split at the apostrophe ("hasn't": "hasn", "t")
+      "aren", "couldn", "didn", "doesn", "don", "hadn", "hasn", "isn", "ll", "re", "shouldn", "ve",
+      "wasn", "weren", "won", "wouldn",
       // the Jargon File's cross-references and abbreviations
-      "see", "compare", "cf", "esp", "orig", "eg", "ie",
+      "see", "compare", "cf", "esp", "orig", "eg", "ie", "sense",
       // an answer's frame
       "term", "document", "say", "says", "said", "refer", "refers", "referred", "referring", "mean",
       "means", "meaning", "describe", "describes", "described", "defined", "definition", "called",

@@ -287,6 +287,9 @@ TEST(DocQaReference, ContentWordsAndKeywordRecall) {
   EXPECT_DOUBLE_EQ(keyword_recall("A notional instrument for measuring bogosity.", keys), 1.0);
   EXPECT_DOUBLE_EQ(keyword_recall("The document says the term refers to something.", keys), 0.0);
   EXPECT_DOUBLE_EQ(keyword_recall("", keys), 0.0);
+  // Contractions leave no keyword fragments; "sense 2" of a cross-reference is no content.
+  EXPECT_EQ(content_words("It hasn't died (see {de-rezz} sense 2)."),
+            (std::vector<std::string>{"died", "de", "rezz"}));
   EXPECT_DOUBLE_EQ(keyword_recall("anything", {}), 0.0);
 }
 
