@@ -424,7 +424,7 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
                {"answer_prefix", sample->answer_prefix},
                {"prompt", pp->texts.back()}};
         if (ref) {
-          j["reference"] = ref->sentence;
+          j["reference"] = ref->sentences;
           j["reference_keywords"] = ref->keywords;
           j["reference_entry"] = ref->entry;
         }
@@ -530,10 +530,10 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           j["expected"] = expected;  // doc_qa, doc_sum: FullKV's output
           j["score"] = score;
           j["metric"] = metric_name(sample->metric);
-          const double score_ref = ref ? keyword_recall(text, ref->keywords) : 0.0;
+          const double score_ref = ref ? reference_recall(text, *ref) : 0.0;
           if (ref) {  // beside the agreement: the answer against the entry (keyword recall)
             j["score_ref"] = score_ref;
-            j["reference"] = ref->sentence;
+            j["reference"] = ref->sentences;
             j["reference_keywords"] = ref->keywords;
           }
           if (sample->metric == RulerMetric::kEditSim)

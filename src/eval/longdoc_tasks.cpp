@@ -355,8 +355,9 @@ bool is_pos_label(const std::string& w) {
   return true;  // only labels and separators (a lone "," too)
 }
 
+// "1." to "999." (stoul of it cannot overflow).
 bool is_sense_number(const std::string& w) {
-  return w.size() >= 2 && w.back() == '.' &&
+  return w.size() >= 2 && w.size() <= 4 && w.back() == '.' &&
          std::all_of(w.begin(), w.end() - 1, [](unsigned char c) { return std::isdigit(c); });
 }
 
@@ -433,38 +434,57 @@ std::optional<DocQaReference> jargon_entry_reference(const std::vector<std::stri
   while (end < n && !starts_headword(words, end)) ++end;
   DocQaReference r;
   r.entry = join_words(words, i, end);
-  // Sense numbers and bracketed notes (etymology, usage) before the definition proper.
-  size_t b = i;
-  for (;;) {
-    if (b < end && is_sense_number(words[b])) {
-      ++b;
-    } else if (b < end && words[b][0] == '[') {
-      int depth = 0;
-      do {
-        for (char c : words[b]) depth += c == '[' ? 1 : c == ']' ? -1 : 0;
-        ++b;
-      } while (b < end && depth > 0);
-    } else {
-      break;
-    }
-  }
+  // Where the senses start: "1.", "2.", ... in turn, each at the body's start or after a
+  // sentence or a bracketed note ends ("see sense 2." is no sense). None: one sense, the body.
+  std::vector<size_t> starts;
+  for (size_t k = i; k < end; ++k)
+    if (is_sense_number(words[k]) && std::stoul(words[k]) == starts.size() + 1 &&
+        (k == i || ends_sentence(words[k - 1]) || words[k - 1].back() == ']'))
+      starts.push_back(k);
+  if (starts.empty()) starts.push_back(i);
   const std::set<std::string> own = [&] {
     const auto t = content_words(words[at]);
     return std::set<std::string>(t.begin(), t.end());
   }();
-  size_t e = b;
-  std::vector<std::string> keys;
-  while (e < end && keys.size() < 3) {
-    while (e < end && !ends_sentence(words[e])) ++e;
-    if (e < end) ++e;  // the sentence's last word
-    keys.clear();
-    for (std::string& k : content_words(join_words(words, b, e)))
-      if (!own.count(k)) keys.push_back(std::move(k));
+  for (size_t si = 0; si < starts.size(); ++si) {
+    const size_t stop = si + 1 < starts.size() ? starts[si + 1] : end;
+    // Bracketed notes (etymology, usage) and the sense number before the definition proper;
+    // the notes before "1." belong to the whole entry.
+    size_t b = si == 0 ? i : starts[si];
+    for (;;) {
+      if (b < stop && is_sense_number(words[b])) {
+        ++b;
+      } else if (b < stop && words[b][0] == '[') {
+        int depth = 0;
+        do {
+          for (char c : words[b]) depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+          ++b;
+        } while (b < stop && depth > 0);
+      } else {
+        break;
+      }
+    }
+    size_t e = b;
+    std::vector<std::string> keys;
+    while (e < stop && keys.size() < 3) {
+      while (e < stop && !ends_sentence(words[e])) ++e;
+      if (e < stop) ++e;  // the sentence's last word
+      keys.clear();
+      for (std::string& k : content_words(join_words(words, b, e)))
+        if (!own.count(k)) keys.push_back(std::move(k));
+    }
+    if (keys.empty()) continue;
+    r.sentences.push_back(join_words(words, b, e));
+    r.keywords.push_back(std::move(keys));
   }
-  if (keys.empty()) return std::nullopt;
-  r.sentence = join_words(words, b, e);
-  r.keywords = std::move(keys);
+  if (r.sentences.empty()) return std::nullopt;
   return r;
+}
+
+double reference_recall(const std::string& output, const DocQaReference& ref) {
+  double best = 0.0;
+  for (const auto& k : ref.keywords) best = std::max(best, keyword_recall(output, k));
+  return best;
 }
 
 std::optional<DocQaReference> doc_qa_reference(const RulerSample& sample) {

@@ -70,16 +70,17 @@ struct DocQaReference {
   // pronunciation (/.../) and part of speech (n., vt., adj., ...), up to the next headword
   // (a word ':X...') or the excerpt's end.
   std::string entry;
-  // Its first sentence, after leading sense numbers ("1.") and bracketed notes ("[techspeak]"),
-  // extended sentence by sentence until it has 3 keywords (or the entry ends).
-  std::string sentence;
-  // The sentence's distinct content words (content_words), less the headword's own.
-  std::vector<std::string> keywords;
+  // The first sentence of each sense (numbered "1.", "2.", ...; an entry without numbers has
+  // one), after bracketed notes ("[techspeak]"), extended sentence by sentence until it has 3
+  // keywords (or the sense ends). Senses without a keyword are left out.
+  std::vector<std::string> sentences;
+  // Each sentence's distinct content words (content_words), less the headword's own.
+  std::vector<std::vector<std::string>> keywords;
 };
 
 // The reference of the headword at words[at] of an excerpt split on whitespace (as
-// prose_words splits the haystack); none when words[at] is no ':term:' headword or its
-// first sentences have no keyword.
+// prose_words splits the haystack); none when words[at] is no ':term:' headword or no sense
+// of its entry has a keyword.
 std::optional<DocQaReference> jargon_entry_reference(const std::vector<std::string>& words,
                                                      size_t at);
 // The same from a doc_qa sample: the document of its prompt and the term it asks about
@@ -99,5 +100,9 @@ std::vector<std::string> content_words(const std::string& text);
 // the first sentence it still credits function words and their order, which a paraphrase
 // changes freely. Keyword recall asks whether the answer carries what the definition says.
 double keyword_recall(const std::string& output, const std::vector<std::string>& keywords);
+// doc_qa's reference score: the best keyword recall over the entry's senses — an answer that
+// gives any one sense the document gives is right (the 0.5B coder's FullKV answer for
+// ':zombie:' was sense 2, a cracked machine, not sense 1, a dead process).
+double reference_recall(const std::string& output, const DocQaReference& ref);
 
 }  // namespace qevict::eval

@@ -162,7 +162,7 @@ TEST(LongdocScoring, EditSimilarityExactMatchAndRougeL) {
 const char* kJargonStyle =
     "   :bogometer: /boh\xc2\xb7gom'@\xc2\xb7ter/, n.\n\n"
     "   A notional instrument for measuring {bogosity}. Compare the\n"
-    "   {Troll-O-Meter}; see also {bogus}.\n\n"
+    "   {Troll-O-Meter}; see also {bogus} sense 1.\n\n"
     "   :bogon: /boh'gon/, n.\n\n"
     "   [very common; by analogy with proton/electron/neutron, see the Bibliography.\n"
     "   Note [nested] brackets]\n\n"
@@ -187,55 +187,64 @@ size_t index_of(const std::vector<std::string>& w, const std::string& word) {
 }
 
 TEST(DocQaReference, EntryOfAHeadwordInJargonLayout) {
+  using Words = std::vector<std::string>;
+  using Keys = std::vector<Words>;
   const auto w = jargon_words();
-  // Pronunciation and part of speech dropped; the entry ends at the next headword.
+  // Pronunciation and part of speech dropped; the entry ends at the next headword. One sense:
+  // "sense 1." of a cross-reference starts none.
   auto r = jargon_entry_reference(w, index_of(w, ":bogometer:"));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->entry,
             "A notional instrument for measuring {bogosity}. Compare the {Troll-O-Meter}; see "
-            "also {bogus}.");
-  EXPECT_EQ(r->sentence, "A notional instrument for measuring {bogosity}.");
-  EXPECT_EQ(r->keywords,
-            (std::vector<std::string>{"notional", "instrument", "measuring", "bogosity"}));
-  // A bracketed note (with brackets inside) and a sense number before the definition; the
-  // next headword has two words (":bogon filter:").
+            "also {bogus} sense 1.");
+  EXPECT_EQ(r->sentences, Words{"A notional instrument for measuring {bogosity}."});
+  EXPECT_EQ(r->keywords, (Keys{{"notional", "instrument", "measuring", "bogosity"}}));
+  // A bracketed note (with brackets inside) before sense 1, and sense 2; the next headword has
+  // two words (":bogon filter:").
   r = jargon_entry_reference(w, index_of(w, ":bogon:"));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->entry.substr(0, 20), "[very common; by ana");
   EXPECT_EQ(r->entry.substr(r->entry.size() - 25), "a TCP/IP domain resolver.");
-  EXPECT_EQ(r->sentence, "The elementary particle of bogosity (see {quantum bogodynamics}).");
+  EXPECT_EQ(r->sentences, (Words{"The elementary particle of bogosity (see {quantum "
+                                 "bogodynamics}).",
+                                 "A query packet sent from a TCP/IP domain resolver."}));
   // "bogons" would be the term's own word; "bogodynamics" loses its plural 's'.
-  EXPECT_EQ(r->keywords, (std::vector<std::string>{"elementary", "particle", "bogosity", "quantum",
-                                                   "bogodynamic"}));
+  EXPECT_EQ(r->keywords, (Keys{{"elementary", "particle", "bogosity", "quantum", "bogodynamic"},
+                               {"query", "packet", "sent", "tcp", "ip", "domain", "resolver"}}));
+  // The score is the best sense's keyword recall: sense 2 in full, or 2 of sense 1's 5.
+  EXPECT_DOUBLE_EQ(
+      reference_recall("A bogon is a query packet sent from a TCP/IP domain resolver.", *r), 1.0);
+  EXPECT_DOUBLE_EQ(reference_recall("An elementary particle.", *r), 0.4);
+  EXPECT_DOUBLE_EQ(reference_recall("A bogon.", *r), 0.0);
   // "esp." ends no sentence; "Said ... software." has one keyword, so the next sentence
   // joins it ("e.g." inside it ends nothing either).
   r = jargon_entry_reference(w, index_of(w, ":cuspy:"));
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->sentence,
-            "Said esp. of software. Functionally elegant, e.g. a cuspy hack; "
-            "well-written.");
-  EXPECT_EQ(r->keywords, (std::vector<std::string>{"software", "functionally", "elegant", "hack",
-                                                   "well", "written"}));
+  EXPECT_EQ(
+      r->sentences,
+      (Words{"Said esp. of software. Functionally elegant, e.g. a cuspy hack; well-written."}));
+  EXPECT_EQ(r->keywords,
+            (Keys{{"software", "functionally", "elegant", "hack", "well", "written"}}));
   // Part of speech "n.,vt." without pronunciation; the answer-frame words are no keywords, and
   // an entry whose sentences never reach 3 keywords gives what it has.
   r = jargon_entry_reference(w, index_of(w, ":frob:"));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->entry, "The term means to fiddle with, as the document says. Tweak it.");
-  EXPECT_EQ(r->keywords, (std::vector<std::string>{"fiddle", "tweak"}));
+  EXPECT_EQ(r->keywords, (Keys{{"fiddle", "tweak"}}));
   // The last entry runs to the end of the excerpt; one cut short keeps what the excerpt has.
   r = jargon_entry_reference(w, index_of(w, ":wedged:"));
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->sentence, "To be stuck, incapable of proceeding without help.");
-  const std::vector<std::string> cut(w.begin(), w.begin() + ptrdiff_t(index_of(w, ":wedged:") + 7));
+  EXPECT_EQ(r->sentences, (Words{"To be stuck, incapable of proceeding without help."}));
+  const Words cut(w.begin(), w.begin() + ptrdiff_t(index_of(w, ":wedged:") + 7));
   r = jargon_entry_reference(cut, index_of(w, ":wedged:"));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->entry, "1. To be stuck, incapable");
-  EXPECT_EQ(r->keywords, (std::vector<std::string>{"stuck", "incapable"}));
+  EXPECT_EQ(r->keywords, (Keys{{"stuck", "incapable"}}));
   // Not a one-word headword: no reference.
   EXPECT_FALSE(jargon_entry_reference(w, index_of(w, ":bogon")).has_value());
   EXPECT_FALSE(jargon_entry_reference(w, index_of(w, "notional")).has_value());
   EXPECT_FALSE(jargon_entry_reference(w, w.size()).has_value());
-  const std::vector<std::string> bare = {":lonely:", "n."};
+  const Words bare = {":lonely:", "n."};
   EXPECT_FALSE(jargon_entry_reference(bare, 0).has_value());  // no words, no keywords
 }
 
@@ -254,7 +263,7 @@ TEST(DocQaReference, FromTheSampleItsPromptAndTerm) {
     // (unless the excerpt cut it, which 1,500 words around a middle headword do not).
     auto want = jargon_entry_reference(w, index_of(w, s->source));
     ASSERT_TRUE(want.has_value());
-    EXPECT_EQ(r->sentence, want->sentence);
+    EXPECT_EQ(r->sentences, want->sentences);
     EXPECT_EQ(r->keywords, want->keywords);
     found += 1;
     auto sum = make_ruler_sample("doc_sum", 1500, sample, 0, res, count_words);
