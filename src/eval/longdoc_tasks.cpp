@@ -312,7 +312,7 @@ const std::set<std::string>& stopwords() {
       // an answer's frame
       "term", "document", "say", "says", "said", "refer", "refers", "referred", "referring", "mean",
       "means", "meaning", "describe", "describes", "described", "defined", "definition", "called",
-      "word"};
+      "word", "used", "especially"};
   return words;
 }
 

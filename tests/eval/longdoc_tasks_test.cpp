@@ -295,6 +295,8 @@ TEST(DocQaReference, ContentWordsAndKeywordRecall) {
                    0.75);
   EXPECT_DOUBLE_EQ(keyword_recall("A notional instrument for measuring bogosity.", keys), 1.0);
   EXPECT_DOUBLE_EQ(keyword_recall("The document says the term refers to something.", keys), 0.0);
+  EXPECT_EQ(content_words("A term used, especially, to describe a tool."),
+            std::vector<std::string>{"tool"});
   EXPECT_DOUBLE_EQ(keyword_recall("", keys), 0.0);
   // Contractions leave no keyword fragments; "sense 2" of a cross-reference is no content.
   EXPECT_EQ(content_words("It hasn't died (see {de-rezz} sense 2)."),
