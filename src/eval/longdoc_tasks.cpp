@@ -308,7 +308,8 @@ const std::set<std::string>& stopwords() {
       "aren", "couldn", "didn", "doesn", "don", "hadn", "hasn", "isn", "ll", "re", "shouldn", "ve",
       "wasn", "weren", "won", "wouldn",
       // the Jargon File's cross-references and abbreviations
-      "see", "compare", "cf", "esp", "orig", "eg", "ie", "sense",
+      "see", "compare", "cf", "esp", "orig", "eg", "ie", "sense", "acronym", "abbrev",
+      "abbreviation",
       // an answer's frame
       "term", "document", "say", "says", "said", "refer", "refers", "referred", "referring", "mean",
       "means", "meaning", "describe", "describes", "described", "defined", "definition", "called",
@@ -450,16 +451,26 @@ std::optional<DocQaReference> jargon_entry_reference(const std::vector<std::stri
     const size_t stop = si + 1 < starts.size() ? starts[si + 1] : end;
     // Bracketed notes (etymology, usage) and the sense number before the definition proper;
     // the notes before "1." belong to the whole entry.
+    // A note of 3 keywords or more is a candidate of its own: an acronym's expansion
+    // ("[acronym, 'Automated Retroactive Minimal Moderation']") answers the question too.
     size_t b = si == 0 ? i : starts[si];
     for (;;) {
       if (b < stop && is_sense_number(words[b])) {
         ++b;
       } else if (b < stop && words[b][0] == '[') {
+        const size_t from = b;
         int depth = 0;
         do {
           for (char c : words[b]) depth += c == '[' ? 1 : c == ']' ? -1 : 0;
           ++b;
         } while (b < stop && depth > 0);
+        std::vector<std::string> keys;
+        for (std::string& k : content_words(join_words(words, from, b)))
+          if (!own.count(k)) keys.push_back(std::move(k));
+        if (keys.size() >= 3) {
+          r.sentences.push_back(join_words(words, from, b));
+          r.keywords.push_back(std::move(keys));
+        }
       } else {
         break;
       }

@@ -72,7 +72,8 @@ struct DocQaReference {
   std::string entry;
   // The first sentence of each sense (numbered "1.", "2.", ...; an entry without numbers has
   // one), after bracketed notes ("[techspeak]"), extended sentence by sentence until it has 3
-  // keywords (or the sense ends). Senses without a keyword are left out.
+  // keywords (or the sense ends). Senses without a keyword are left out. Bracketed notes
+  // before a sense with 3 keywords or more (an acronym's expansion) come before it, whole.
   std::vector<std::string> sentences;
   // Each sentence's distinct content words (content_words), less the headword's own.
   std::vector<std::vector<std::string>> keywords;

@@ -174,10 +174,14 @@ const char* kJargonStyle =
     "   :cuspy: /kuhs'pee/, adj.\n\n"
     "   [WPI: from the DEC abbreviation CUSP] Said esp. of software. Functionally\n"
     "   elegant, e.g. a cuspy hack; well-written. Compare {kludge}.\n\n"
+    "   :ARMM: n.\n\n"
+    "   [acronym, \xe2\x80\x98"
+    "Automated Retroactive Minimal Moderation\xe2\x80\x99] A Usenet\n"
+    "   {cancelbot} created by Dick Depew.\n\n"
     "   :frob: n.,vt.\n\n"
     "   The term means to fiddle with, as the document says. Tweak it.\n\n"
     "   :wedged: adj.\n\n"
-    "   1. To be stuck, incapable of proceeding without help. This\n"
+    "   1. [Unix] To be stuck, incapable of proceeding without help. This\n"
     "   is different from having crashed.\n";
 
 std::vector<std::string> jargon_words() { return prose_words(kJargonStyle, ""); }
@@ -200,16 +204,20 @@ TEST(DocQaReference, EntryOfAHeadwordInJargonLayout) {
   EXPECT_EQ(r->sentences, Words{"A notional instrument for measuring {bogosity}."});
   EXPECT_EQ(r->keywords, (Keys{{"notional", "instrument", "measuring", "bogosity"}}));
   // A bracketed note (with brackets inside) before sense 1, and sense 2; the next headword has
-  // two words (":bogon filter:").
+  // two words (":bogon filter:"). The note has 3 keywords or more: a candidate too.
   r = jargon_entry_reference(w, index_of(w, ":bogon:"));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->entry.substr(0, 20), "[very common; by ana");
   EXPECT_EQ(r->entry.substr(r->entry.size() - 25), "a TCP/IP domain resolver.");
-  EXPECT_EQ(r->sentences, (Words{"The elementary particle of bogosity (see {quantum "
+  EXPECT_EQ(r->sentences, (Words{"[very common; by analogy with proton/electron/neutron, see the "
+                                 "Bibliography. Note [nested] brackets]",
+                                 "The elementary particle of bogosity (see {quantum "
                                  "bogodynamics}).",
                                  "A query packet sent from a TCP/IP domain resolver."}));
   // "bogons" would be the term's own word; "bogodynamics" loses its plural 's'.
-  EXPECT_EQ(r->keywords, (Keys{{"elementary", "particle", "bogosity", "quantum", "bogodynamic"},
+  EXPECT_EQ(r->keywords, (Keys{{"common", "analogy", "proton", "electron", "neutron",
+                                "bibliography", "note", "nested", "bracket"},
+                               {"elementary", "particle", "bogosity", "quantum", "bogodynamic"},
                                {"query", "packet", "sent", "tcp", "ip", "domain", "resolver"}}));
   // The score is the best sense's keyword recall: sense 2 in full, or 2 of sense 1's 5.
   EXPECT_DOUBLE_EQ(
@@ -220,11 +228,21 @@ TEST(DocQaReference, EntryOfAHeadwordInJargonLayout) {
   // joins it ("e.g." inside it ends nothing either).
   r = jargon_entry_reference(w, index_of(w, ":cuspy:"));
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(
-      r->sentences,
-      (Words{"Said esp. of software. Functionally elegant, e.g. a cuspy hack; well-written."}));
+  EXPECT_EQ(r->sentences, (Words{"[WPI: from the DEC abbreviation CUSP]",
+                                 "Said esp. of software. Functionally elegant, e.g. a cuspy hack; "
+                                 "well-written."}));
   EXPECT_EQ(r->keywords,
-            (Keys{{"software", "functionally", "elegant", "hack", "well", "written"}}));
+            (Keys{{"wpi", "dec", "cusp"},
+                  {"software", "functionally", "elegant", "hack", "well", "written"}}));
+  // An acronym's expansion in its note is a candidate before the definition; a note of
+  // fewer than 3 keywords ("[Unix]", below) is none.
+  r = jargon_entry_reference(w, index_of(w, ":ARMM:"));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->sentences.size(), 2u);
+  EXPECT_EQ(r->keywords, (Keys{{"automated", "retroactive", "minimal", "moderation"},
+                               {"usenet", "cancelbot", "created", "dick", "depew"}}));
+  EXPECT_DOUBLE_EQ(reference_recall("A synonym for Automated Retroactive Minimal Moderation.", *r),
+                   1.0);
   // Part of speech "n.,vt." without pronunciation; the answer-frame words are no keywords, and
   // an entry whose sentences never reach 3 keywords gives what it has.
   r = jargon_entry_reference(w, index_of(w, ":frob:"));
@@ -238,8 +256,8 @@ TEST(DocQaReference, EntryOfAHeadwordInJargonLayout) {
   const Words cut(w.begin(), w.begin() + ptrdiff_t(index_of(w, ":wedged:") + 7));
   r = jargon_entry_reference(cut, index_of(w, ":wedged:"));
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->entry, "1. To be stuck, incapable");
-  EXPECT_EQ(r->keywords, (Keys{{"stuck", "incapable"}}));
+  EXPECT_EQ(r->entry, "1. [Unix] To be stuck,");
+  EXPECT_EQ(r->keywords, (Keys{{"stuck"}}));
   // Not a one-word headword: no reference.
   EXPECT_FALSE(jargon_entry_reference(w, index_of(w, ":bogon")).has_value());
   EXPECT_FALSE(jargon_entry_reference(w, index_of(w, "notional")).has_value());
