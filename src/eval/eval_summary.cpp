@@ -193,7 +193,8 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows) {
       "doc_qa and doc_sum the ROUGE-L F1 of the output against FullKV's own (FullKV: 100 by "
       "definition); doc_qa_ref scores doc_qa's answers against the asked headword's own "
       "entry in the excerpt (keyword recall: the share of the content words of a sense's first "
-      "sentence found in the answer, the best over the entry's senses).\n";
+      "sentence, or of a note before it such as an acronym's expansion, found in the answer; "
+      "the best over the entry's candidates).\n";
   std::map<int64_t, std::vector<const SummaryRow*>> by_len;
   for (const auto& r : rows) by_len[r.length].push_back(&r);
   for (const auto& [length, lr] : by_len) {
