@@ -396,6 +396,9 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
         built = std::move(*made);
       }
       RulerSample* sample = &*built;
+      // doc_qa's reference (longdoc_tasks.h): the headword's own entry; none for prompts of a
+      // --dataset file and excerpts without a headword.
+      const std::optional<DocQaReference> ref = w.given ? std::nullopt : doc_qa_reference(*sample);
       auto pp = protocol_prompt(formatter, *sample, proto);
       if (!pp) return pp.status();
       const int64_t n_prompt = pp->n_tokens();
@@ -420,6 +423,11 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
                {"input", sample->input},
                {"answer_prefix", sample->answer_prefix},
                {"prompt", pp->texts.back()}};
+        if (ref) {
+          j["reference"] = ref->sentences;
+          j["reference_keywords"] = ref->keywords;
+          j["reference_entry"] = ref->entry;
+        }
         if (!end) {
           j["protocol"] = pname;
           j["turns"] = pp->texts;  // each turn's text; "prompt" is the last
@@ -522,6 +530,12 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           j["expected"] = expected;  // doc_qa, doc_sum: FullKV's output
           j["score"] = score;
           j["metric"] = metric_name(sample->metric);
+          const double score_ref = ref ? reference_recall(text, *ref) : 0.0;
+          if (ref) {  // beside the agreement: the answer against the entry (keyword recall)
+            j["score_ref"] = score_ref;
+            j["reference"] = ref->sentences;
+            j["reference_keywords"] = ref->keywords;
+          }
           if (sample->metric == RulerMetric::kEditSim)
             j["exact_match"] = code_line_exact(text, expected.at(0));
           if (!sample->source.empty()) j["source"] = sample->source;
@@ -550,6 +564,7 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           if (v.budget > 0) last += fmt::format("@{}", budget_str(v.budget));
           if (answers.size() > 1) last += fmt::format("/t{}", a + 1);
           last += fmt::format("={:.2f}", score);
+          if (ref) last += fmt::format("/ref {:.2f}", score_ref);
         }
       }
       out.flush();

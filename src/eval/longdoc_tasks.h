@@ -14,12 +14,15 @@
 //   doc_qa   a question about a term defined deep in a long excerpt of the haystack prose (the
 //            Jargon File): what does the document say about ':term:'?
 //   doc_sum  a two- or three-sentence summary of a long excerpt.
-// doc_qa and doc_sum have no reference answer: they score the agreement of a variant's greedy
-// output with FullKV's own (ROUGE-L F1 over words) — what compression costs, whatever the
-// model's skill — so they need the variant `full` in the same run.
+// doc_qa and doc_sum score the agreement of a variant's greedy output with FullKV's own
+// (ROUGE-L F1 over words) — what compression costs, whatever the model's skill — so they need
+// the variant `full` in the same run. doc_qa also has a reference (issue 53 item 7): the asked
+// headword's own entry in the excerpt, scored by keyword recall (doc_qa_reference below), so
+// FullKV gets a real score too.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,5 +63,47 @@ double code_line_similarity(const std::string& output, const std::string& expect
 bool code_line_exact(const std::string& output, const std::string& expected);
 // ROUGE-L F1 over lowercase alphanumeric words; 1 when both are empty.
 double rouge_l_f1(const std::string& a, const std::string& b);
+
+// doc_qa's reference: what the excerpt itself says about the asked headword.
+struct DocQaReference {
+  // The entry's definition as the excerpt holds it: the words after the headword, its
+  // pronunciation (/.../) and part of speech (n., vt., adj., ...), up to the next headword
+  // (a word ':X...') or the excerpt's end.
+  std::string entry;
+  // The first sentence of each sense (numbered "1.", "2.", ...; an entry without numbers has
+  // one), after bracketed notes ("[techspeak]"), extended sentence by sentence until it has 3
+  // keywords (or the sense ends). Senses without a keyword are left out. Bracketed notes
+  // before a sense with 3 keywords or more (an acronym's expansion) come before it, whole.
+  std::vector<std::string> sentences;
+  // Each sentence's distinct content words (content_words), less the headword's own.
+  std::vector<std::vector<std::string>> keywords;
+};
+
+// The reference of the headword at words[at] of an excerpt split on whitespace (as
+// prose_words splits the haystack); none when words[at] is no ':term:' headword or no sense
+// of its entry has a keyword.
+std::optional<DocQaReference> jargon_entry_reference(const std::vector<std::string>& words,
+                                                     size_t at);
+// The same from a doc_qa sample: the document of its prompt and the term it asks about
+// (sample.source), at the term's first occurrence as a headword. None for other samples and
+// when the term is no headword (an excerpt without one asks about its middle word).
+std::optional<DocQaReference> doc_qa_reference(const RulerSample& sample);
+
+// Lowercase alphanumeric words of two characters or more, a final 's' dropped (not from 'ss',
+// nor from words of three letters), without English stopwords, the Jargon File's
+// cross-reference words (see, also, compare, cf, esp, orig) and the words an answer frames
+// itself with whatever it says (term, document, refers, means, ...); distinct, in order.
+std::vector<std::string> content_words(const std::string& text);
+// The share of `keywords` (content_words' form) among the output's content words; 0 when
+// there are none. doc_qa's reference score. Chosen over ROUGE-L against the entry: entries
+// run from ten to several hundred words and the answer is at most 48 tokens, so ROUGE-L F1
+// or recall against the whole entry measures the entry's length more than the answer; against
+// the first sentence it still credits function words and their order, which a paraphrase
+// changes freely. Keyword recall asks whether the answer carries what the definition says.
+double keyword_recall(const std::string& output, const std::vector<std::string>& keywords);
+// doc_qa's reference score: the best keyword recall over the entry's senses — an answer that
+// gives any one sense the document gives is right (the 0.5B coder's FullKV answer for
+// ':zombie:' was sense 2, a cracked machine, not sense 1, a dead process).
+double reference_recall(const std::string& output, const DocQaReference& ref);
 
 }  // namespace qevict::eval

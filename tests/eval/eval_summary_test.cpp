@@ -260,6 +260,51 @@ TEST(EvalSummary, MacroWithAndWithoutQa) {
   EXPECT_NE(summary_markdown(rows).find("| **macro_no_qa** |"), std::string::npos);
 }
 
+// doc_qa's reference score is a row doc_qa_ref beside doc_qa, from the lines that have it:
+// lines written before it (no score_ref) still summarise, and it joins no macro.
+TEST(EvalSummary, DocQaReferenceRowFromTheLinesThatHaveIt) {
+  std::vector<json> rs;
+  for (int i = 0; i < 4; ++i) {
+    json full = result("doc_qa", "full", 0.0, i, 1.0);
+    json q = result("doc_qa", "qevict", 0.2, i, 0.5);
+    if (i < 3) {  // the fourth line of each is from before score_ref
+      full["score_ref"] = 0.25 * i;
+      q["score_ref"] = 0.5;
+    }
+    rs.push_back(full);
+    rs.push_back(q);
+    rs.push_back(result("vt", "full", 0.0, i, 1.0));
+    rs.push_back(result("cwe", "full", 0.0, i, 0.5));
+  }
+  rs.back()["score_ref"] = "not a number";  // ignored, not fatal
+  const auto rows = summarize(rs);
+  auto find = [&](const std::string& task, const std::string& variant) -> const SummaryRow* {
+    for (const auto& r : rows)
+      if (r.task == task && r.variant == variant) return &r;
+    return nullptr;
+  };
+  const SummaryRow* agree = find("doc_qa", "full");
+  ASSERT_NE(agree, nullptr);
+  EXPECT_EQ(agree->n, 4);
+  EXPECT_DOUBLE_EQ(agree->mean, 1.0);
+  const SummaryRow* ref = find("doc_qa_ref", "full");
+  ASSERT_NE(ref, nullptr);
+  EXPECT_EQ(ref->n, 3);
+  EXPECT_DOUBLE_EQ(ref->mean, 0.25);  // (0 + 0.25 + 0.5) / 3: FullKV is not 100 by definition
+  ASSERT_NE(find("doc_qa_ref", "qevict"), nullptr);
+  EXPECT_DOUBLE_EQ(find("doc_qa_ref", "qevict")->mean, 0.5);
+  EXPECT_EQ(find("cwe_ref", "full"), nullptr);
+  const SummaryRow* macro = find("macro", "full");
+  ASSERT_NE(macro, nullptr);
+  EXPECT_DOUBLE_EQ(macro->mean, 0.75);  // vt and cwe only
+  const std::string md = summary_markdown(rows);
+  EXPECT_NE(md.find("| doc_qa_ref | 25.0 ["), std::string::npos) << md;
+  EXPECT_LT(md.find("| doc_qa |"), md.find("| doc_qa_ref |"));
+  // Results without any score_ref: no doc_qa_ref row.
+  std::vector<json> old = {result("doc_qa", "full", 0.0, 0, 1.0)};
+  for (const auto& r : summarize(old)) EXPECT_NE(r.task, "doc_qa_ref");
+}
+
 TEST(RulerResources, PlainAndGzipFilesAndFilters) {
   const std::string dir = temp_dir("resources");
   const std::string text = "Contents\n=== ═══\nChapter 1. It starts here. Then ─── more.\n";
