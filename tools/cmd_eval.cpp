@@ -305,7 +305,8 @@ Runner add_eval(CLI::App& app) {
       "niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1 (SQuAD), qa_2 (HotpotQA; "
       "both need --ruler-data). Long documents: lcc (the next line of a real Python file, "
       "edit similarity), doc_qa and doc_sum (a question about a term / a summary of a "
-      "long Jargon File excerpt, scored as agreement with FullKV's answer: needs the "
+      "long Jargon File excerpt, scored as agreement with FullKV's answer (and doc_qa_ref: keyword "
+      "recall of the headword's own entry): needs the "
       "variant full)");
   app.add_option("--lengths", a->lengths,
                  "comma-separated lengths in tokens (prompt in the chat template + generated), "
