@@ -231,8 +231,8 @@ TEST(BudgetFreeKey, AFractionRequestResumesASessionOfAnyByteBudget) {
   e.key = kv_params_key(first);
   st.put(std::move(e));
   const auto prompt = cat(seq(0, 100), seq(2000, 5));
-  EXPECT_TRUE(st.match("", prompt, budget_free_key(req), 200, kRules));  // the fraction
-  EXPECT_TRUE(st.match("", prompt, kv_params_key(first), 200, kRules));  // the same bytes
+  EXPECT_TRUE(st.match("", prompt, budget_free_key(req), 200, kRules));   // the fraction
+  EXPECT_TRUE(st.match("", prompt, kv_params_key(first), 200, kRules));   // the same bytes
   EXPECT_FALSE(st.match("", prompt, kv_params_key(later), 200, kRules));  // other bytes
 }
 
