@@ -44,8 +44,8 @@ Status SchedulerOptions::validate() const {
 }
 
 Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
-                                   const KvCacheParams& p, int prefill_chunk) {
-  return max_cache_bytes(shape, prompt_len, max_tokens, p, prefill_chunk);  // the row's bound
+                                   const KvCacheParams& p, int prefill_chunk, int64_t resumed) {
+  return max_cache_bytes(shape, prompt_len, max_tokens, p, prefill_chunk, resumed);
 }
 
 Scheduler::Scheduler(Model& model, ThreadPool& pool, const SchedulerOptions& opts)
@@ -150,8 +150,16 @@ void Scheduler::admit() {
     Seq& s = *sp;
     std::optional<SessionMatch> m;
     if (opts_.cache_prompt) m = find_session(s);
-    if (!make_room(s.reserved, m ? m->id : "")) return;  // waits; sessions as they were
-    if (!(m && resume(s, *m))) {
+    // A resumed conversation holds only its new tokens beyond its budget while they are read
+    // (usually far less than a fresh prompt; a resume the pool could never hold is a miss).
+    const size_t need = m ? resumed_reservation(s, *m) : s.reserved;
+    if (m && need > opts_.kv_pool_bytes) m.reset();
+    if (!make_room(m ? need : s.reserved, m ? m->id : "")) return;  // waits; sessions as they were
+    if (m && resume(s, *m)) {
+      s.reserved = need;
+    } else {
+      // Not resumed after all (rare: a rewind the cache refused): the whole reservation.
+      if (need < s.reserved && !make_room(s.reserved, "")) return;
       auto c = make_kv_cache(model_.kv_shape(), s.cache_ctx, s.kv);
       if (!c) {
         s.out->push({ServeEvent::Kind::kError, -1, "", c.error()});

@@ -9,10 +9,11 @@
 // its whole context in 16 bits; a quantizer (kivi, zipcache: no budget, every token in f16
 // until its rule runs) the same plus its one-layer scratch; a budgeted cache its budget plus
 // one prefill chunk, or the whole prompt when it keeps every prompt token until the prompt
-// ends (--prefill-route end); each plus a stated per-cache constant. A finished, failed or
-// cancelled request gives its reservation back at the next step. So long and short
-// conversations, FullKV, quantized and budgeted, share one pool by what each can really
-// hold, and the bytes held never exceed the pool.
+// ends (--prefill-route end) — for a resumed conversation only the new turn's tokens over
+// its budget (its earlier turns are already routed); each plus a stated per-cache constant. A
+// finished, failed or cancelled request gives its reservation back at the next step. So long and
+// short conversations, FullKV, quantized and budgeted, share one pool by what each can really hold,
+// and the bytes held never exceed the pool.
 //
 // Conversation reuse (SchedulerOptions::cache_prompt, issue 50 item 2, as llama-server's
 // --cache-prompt): a finished request's cache and history stay as an idle session
@@ -148,9 +149,10 @@ struct SubmitResult {
 };
 
 // The most bytes a cache for `prompt_len` + `max_tokens` tokens with params p can hold (see
-// the file comment); errors when the params cannot make a cache.
+// the file comment), `resumed` of the prompt's tokens already in it; errors when the params
+// cannot make a cache.
 Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
-                                   const KvCacheParams& p, int prefill_chunk);
+                                   const KvCacheParams& p, int prefill_chunk, int64_t resumed = 0);
 
 class Scheduler {
  public:
@@ -193,6 +195,9 @@ class Scheduler {
   Status write_session(SessionEntry& e, const std::string& path);
   std::string session_path(const std::string& id) const;
   bool resume(Seq& s, const SessionMatch& m);
+  // What s reserves when it resumes m's session (its budget + the new tokens; see
+  // max_cache_bytes).
+  size_t resumed_reservation(const Seq& s, const SessionMatch& m) const;
   void count_sessions();
 
   Model& model_;

@@ -212,6 +212,14 @@ void Scheduler::keep_session(Seq& s) {
   update_held();  // GET /slots lists it before its request's end is reported
 }
 
+size_t Scheduler::resumed_reservation(const Seq& s, const SessionMatch& m) const {
+  const SessionEntry* e = store_.find(m.id);
+  if (!e || m.reuse <= 0) return s.reserved;
+  auto b = reservation_bytes(model_.kv_shape(), int64_t(s.req.prompt.size()), s.req.max_tokens,
+                             e->kv, opts_.prefill_chunk, m.reuse);
+  return b ? *b : s.reserved;
+}
+
 bool Scheduler::resume(Seq& s, const SessionMatch& m) {
   SessionEntry e = store_.take(m.id);
   count_sessions();

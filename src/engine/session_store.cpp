@@ -99,6 +99,11 @@ SessionEntry* SessionStore::find(const std::string& id) {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+const SessionEntry* SessionStore::find(const std::string& id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
 SessionEntry SessionStore::take(const std::string& id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return {};

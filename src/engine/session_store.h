@@ -94,6 +94,7 @@ class SessionStore {
                                     const std::string& key, int64_t n_ctx_needed,
                                     const MatchRules& rules) const;
   SessionEntry* find(const std::string& id);
+  const SessionEntry* find(const std::string& id) const;
   // Removes the session and gives it to the caller.
   SessionEntry take(const std::string& id);
   void erase(const std::string& id);

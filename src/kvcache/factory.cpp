@@ -44,6 +44,9 @@ Expected<std::unique_ptr<SequenceKvCache>> make_cache_of_kind(const PolicyInfo& 
       new TieredKvCache(shape, n_ctx, pw, *budget, row.make_policy(pw), std::move(trace)));
 }
 
+// Every kind's bound + 5 % and the constant (kCacheConstantBytes).
+size_t with_margin(size_t peak) { return peak + peak / 20 + kCacheConstantBytes; }
+
 }  // namespace
 
 Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, int64_t n_ctx,
@@ -59,7 +62,8 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
 }
 
 Expected<size_t> kind_max_bytes(const PolicyInfo& row, const KvShape& shape, int64_t prompt_len,
-                                int max_tokens, const KvCacheParams& p, int prefill_chunk) {
+                                int max_tokens, const KvCacheParams& p, int prefill_chunk,
+                                int64_t resumed) {
   const int64_t n_ctx = prompt_len + max_tokens;
   const size_t token = shape.token_bytes() * size_t(shape.n_layers);
   if (row.kind == CacheKind::kFull) {
@@ -77,22 +81,33 @@ Expected<size_t> kind_max_bytes(const PolicyInfo& row, const KvShape& shape, int
     // quantizes them) plus its one-layer dequantization scratch, also f16.
     const size_t f16 = size_t(n_ctx) * token;
     const size_t peak = f16 + f16 / size_t(shape.n_layers);
-    return peak + peak / 20 + kCacheConstantBytes;
+    return with_margin(peak);
   }
-  size_t peak = b->total * size_t(shape.n_layers) + size_t(prefill_chunk) * token;
+  const size_t budget = b->total * size_t(shape.n_layers);
+  size_t peak = budget + size_t(prefill_chunk) * token;
+  if (resumed > 0 && p.defers_prompt()) {
+    // A resumed conversation: its earlier turns are routed within the budget; the new turn is
+    // held (end: in full precision; staged: at most that) until it ends, when routing brings
+    // everything back within the budget. Meanwhile the observation window refills (its query
+    // rows, every layer + one) and a call's scratch is at most a chunk of tokens.
+    const size_t fresh = size_t(prompt_len - std::min(resumed, prompt_len));
+    const size_t window = size_t(shape.n_layers + 1) * size_t(std::max(p.prefill_window, 0)) *
+                          size_t(shape.q_width()) * sizeof(float);
+    return with_margin(budget + (fresh + size_t(prefill_chunk)) * token + window);
+  }
   if (p.holds_prompt()) peak = std::max(peak, size_t(prompt_len) * token);
   if (p.prefill_route == PrefillRoute::kStaged)
     peak =
         std::max(peak, b->staged_prompt_bytes(prompt_len, prefill_chunk) * size_t(shape.n_layers));
-  return peak + peak / 20 + kCacheConstantBytes;
+  return with_margin(peak);
 }
 
 Expected<size_t> max_cache_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
-                                 const KvCacheParams& p, int prefill_chunk) {
+                                 const KvCacheParams& p, int prefill_chunk, int64_t resumed) {
   const PolicyInfo* row = find_policy(p.policy);
   if (!row) return Status::error(fmt::format("unknown KV policy '{}'", p.policy));
   if (row->max_bytes) return row->max_bytes(shape, prompt_len, max_tokens, p, prefill_chunk);
-  return kind_max_bytes(*row, shape, prompt_len, max_tokens, p, prefill_chunk);
+  return kind_max_bytes(*row, shape, prompt_len, max_tokens, p, prefill_chunk, resumed);
 }
 
 }  // namespace qevict

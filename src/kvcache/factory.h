@@ -18,7 +18,11 @@ Expected<std::unique_ptr<SequenceKvCache>> make_kv_cache(const KvShape& shape, i
 // The most bytes the cache of params.policy can hold for a sequence of prompt_len +
 // max_tokens tokens prefilled in chunks of prefill_chunk: its row's max_bytes, or the bound of
 // its kind (kind_max_bytes, registry.h). What a server reserves before admitting a request.
+// `resumed` > 0: the cache already holds that many of the prompt's tokens (a conversation's
+// earlier turns, compressed), so a routed kind holds only the rest in full precision until
+// the turn's end (rows with their own max_bytes ignore it: their bound covers every token).
 Expected<size_t> max_cache_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
-                                 const KvCacheParams& params, int prefill_chunk);
+                                 const KvCacheParams& params, int prefill_chunk,
+                                 int64_t resumed = 0);
 
 }  // namespace qevict

@@ -62,10 +62,12 @@ Status register_policy(PolicyInfo row);
 inline constexpr size_t kCacheConstantBytes = size_t(1) << 20;
 
 // The bound of a row's kind, for rows without max_bytes: FullKV's pages; a budgeted cache's
-// budget + one prefill chunk (or the whole prompt with --prefill-route end); a quantizer's
-// every token in f16 plus one layer of dequantization scratch. Each + 5 % and the constant.
+// budget + one prefill chunk (or the whole prompt with --prefill-route end; a resumed
+// session's new tokens only, over its budget); a quantizer's every token in f16 plus one layer
+// of dequantization scratch. Each + 5 % and the constant.
 Expected<size_t> kind_max_bytes(const PolicyInfo& row, const KvShape& shape, int64_t prompt_len,
-                                int max_tokens, const KvCacheParams& p, int prefill_chunk);
+                                int max_tokens, const KvCacheParams& p, int prefill_chunk,
+                                int64_t resumed = 0);
 
 // Applies p->policy's row defaults for the options not in `given` (errors: unknown policy,
 // options the policy cannot use).

@@ -10,6 +10,7 @@
 #include "engine/prompt_drive.h"
 #include "engine/session.h"
 #include "engine/session_file.h"
+#include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/options.h"
 
@@ -114,6 +115,59 @@ TEST_F(SessionModel, TieredSaveLoadContinueIsIdentical) {
   auto b1 = s->serialize(), b2 = (*t)->serialize();
   ASSERT_TRUE(b1.has_value() && b2.has_value());
   EXPECT_TRUE(*b1 == *b2);
+}
+
+// What a server reserves for a resumed conversation (max_cache_bytes with `resumed`): only the
+// new turn over the budget, held until its end. Checked after every forward call of the new
+// turn and after its end, for the routes that hold a prompt (end, staged), against the old
+// reservation (the whole prompt) to show the saving.
+TEST_F(SessionModel, ResumedTurnStaysWithinItsReservation) {
+  const KvShape& shape = model_->kv_shape();
+  const int64_t first = 800, reply = 10, turn = 250;  // the golden text has 1,100 tokens
+  const int max_tokens = 8;
+  const int64_t n_prompt = first + reply + turn;
+  const int64_t budget = int64_t(0.2 * double(n_prompt + max_tokens) * double(shape.token_bytes()));
+  for (const char* route : {"end", "staged"}) {
+    SCOPED_TRACE(route);
+    auto s = make(
+        {{"policy", "qevict"}, {"budget_bytes", std::to_string(budget)}, {"prefill_route", route}});
+    Session::GenerateResult g;
+    const Status a = s->append(slice(0, first), pool_);
+    ASSERT_TRUE(a.is_ok()) << a.message();
+    const Status b = s->generate(slice(first, first + reply), 4, greedy(), {}, pool_, nullptr, &g);
+    ASSERT_TRUE(b.is_ok()) << b.message();
+    const KvCacheParams kv = s->options().kv;
+    auto cache = s->release_cache();
+    const int64_t resumed = cache->n_past();
+    ASSERT_GT(resumed, first);
+    auto bound = max_cache_bytes(shape, n_prompt, max_tokens, kv, 64, resumed);
+    auto fresh = max_cache_bytes(shape, n_prompt, max_tokens, kv, 64);
+    ASSERT_TRUE(bound.has_value() && fresh.has_value());
+    // The new turn: the tokens the session had not fed, then the turn's own.
+    const auto feed = slice(resumed, n_prompt);
+    size_t most = cache->bytes_held();
+    SequenceKvCache* c = cache.get();
+    ASSERT_TRUE(prefill_prompts(*model_, {{c, feed.data(), int64_t(feed.size()), nullptr}}, 64,
+                                pool_, true,
+                                [&](int64_t, int64_t, int64_t) {
+                                  most = std::max(most, c->bytes_held());
+                                  return Status::ok();
+                                })
+                    .is_ok());
+    most = std::max(most, c->bytes_held());
+    std::printf(
+        "%s: resumed at %lld, +%zu tokens: held at most %.2f MiB, reserved %.2f MiB "
+        "(a fresh request's %.2f MiB)\n",
+        route, (long long)resumed, feed.size(), most / 1048576.0, *bound / 1048576.0,
+        *fresh / 1048576.0);
+    EXPECT_LE(most, *bound);
+    if (std::string(route) == "end") EXPECT_LT(*bound, *fresh * 3 / 4);
+  }
+  // FullKV reserves its pages whatever was resumed.
+  auto f = make_kv_params({{"policy", "full"}});
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(*max_cache_bytes(shape, n_prompt, max_tokens, *f, 64, 1000),
+            *max_cache_bytes(shape, n_prompt, max_tokens, *f, 64));
 }
 
 TEST_F(SessionModel, TieredRewindsOnlyWithinTheLocalRegion) {

@@ -7,28 +7,33 @@ reading). Every server gets the same KV memory (--pool-mib):
   qevict-0.2   qevict serve --kv-pool-bytes POOL --kv-policy qevict --kv-budget 0.2 (sessions
                reused from the pool: only a turn's new tokens are prefilled)
   qevict-full  the same with --kv-policy full
-  llama-f16    llama-server -c SLOTS*CTX -np SLOTS (prompt cache on, its default), SLOTS = the
-               whole f16 contexts that fit POOL; --cache-ram 0 unless --llama-cache-ram
+  llama-f16    llama-server -c POOL/(f16 KV bytes a token) -np SLOTS (prompt cache on, its
+               default), SLOTS = the whole --ctx contexts that fit POOL (each slot keeps its
+               last conversation); --cache-ram only with --llama-cache-ram
 Per turn: time to first token (streaming), tokens generated, and the prompt tokens the server
 says it reused (qevict: usage.prompt_tokens_details.cached_tokens; llama-server:
 timings.cache_n when it reports it). Reported per system: TTFT p50 / p95 of the first turn
 and of the follow-ups, aggregate generated tok/s over the run, reuse hit rate (follow-ups with
-cached tokens > 0), the server's sessions held (qevict /metrics) and peak RSS.
+cached tokens > 0), conversations held warm (qevict: its sessions_in_memory gauge sampled every
+second, max and mean; llama-server: its slots, each holding one conversation), the prompt
+tokens the server prefilled, and peak RSS (VmHWM). Documents are cut to --doc-tokens by the
+model's tokenizer (`qevict tokenize`).
 
 Usage: multiturn_bench.py QEVICT LLAMA_SERVER MODEL [--convs 8] [--doc-tokens 6000] ...
 Standard library only. A timing: run it with nothing else on the machine.
 """
 import argparse
-import gzip
 import http.client
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("qevict")
@@ -37,11 +42,12 @@ ap.add_argument("model")
 ap.add_argument("--systems", default="qevict-0.2,qevict-full,llama-f16")
 ap.add_argument("--convs", type=int, default=8)
 ap.add_argument("--questions", type=int, default=4)
-ap.add_argument("--doc-tokens", type=int, default=6000)
+ap.add_argument("--doc-tokens", type=int, default=4000)
 ap.add_argument("--max-tokens", type=int, default=32)
 ap.add_argument("--think", type=float, default=2.0)
 ap.add_argument("--pool-mib", type=int, default=1024)
-ap.add_argument("--ctx", type=int, default=8192)
+ap.add_argument("--ctx", type=int, default=5120,
+                help="tokens a conversation may reach (qevict -c; llama-server's slot size)")
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--llama-cache-ram", type=int, default=-1, help="MiB for llama-server --cache-ram (-1: not passed)")
 ap.add_argument("--haystack", default="/usr/share/doc/jargon-text/jargon.txt.gz")
@@ -60,92 +66,28 @@ def log(*a):
     print("[multiturn]", *a, file=sys.stderr, flush=True)
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_mib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def get(port, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", path)
-    r = c.getresponse()
-    body = r.read().decode("utf-8", "replace")
-    c.close()
-    return r.status, body
-
-
 def documents(n):
-    """n different texts of about --doc-tokens tokens (4 characters a token, then checked)."""
-    text = re.sub(r"\s+", " ", gzip.open(args.haystack, "rt", errors="replace").read())
-    chars = args.doc_tokens * 4
-    docs = []
-    for i in range(n):
-        start = (i * 104729) % max(1, len(text) - chars - 1)
-        docs.append(f"Document {i}:\n" + text[start:start + chars])
-    return docs
+    """n different texts of --doc-tokens tokens (within 32), by the model's tokenizer."""
+    return common.haystack_texts(args.qevict, args.model, args.haystack, n, args.doc_tokens,
+                                 stride=104729)
 
 
-def kv_bytes_per_token():
-    """f16 K and V bytes of one token over every layer, from the GGUF header's metadata."""
-    import struct
-    keys = {}
-    with open(args.model, "rb") as f:
-        magic, _version, _n_tensors, n_kv = struct.unpack("<IIQQ", f.read(24))
-        assert magic == 0x46554747, "not a GGUF file"
-
-        def rstr():
-            (n,) = struct.unpack("<Q", f.read(8))
-            return f.read(n).decode("utf-8", "replace")
-
-        sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-                 12: "d"}
-
-        def rval(t):
-            if t == 8:
-                return rstr()
-            if t == 9:
-                (et,) = struct.unpack("<I", f.read(4))
-                (n,) = struct.unpack("<Q", f.read(8))
-                if et in sizes:
-                    f.seek(struct.calcsize("<" + sizes[et]) * n, 1)
-                    return None
-                return [rval(et) for _ in range(n)]
-            fmt = "<" + sizes[t]
-            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
-
-        for _ in range(n_kv):
-            k = rstr()
-            (t,) = struct.unpack("<I", f.read(4))
-            keys[k] = rval(t)
-    arch = keys["general.architecture"]
-    n_head = keys[f"{arch}.attention.head_count"]
-    n_kvh = keys.get(f"{arch}.attention.head_count_kv", n_head)
-    d = keys.get(f"{arch}.attention.key_length", keys[f"{arch}.embedding_length"] // n_head)
-    return 2 * keys[f"{arch}.block_count"] * n_kvh * d * 2
+def flash_attn_flag():
+    """llama-server's flash-attention switch: `-fa on` where it takes a value, else `-fa`."""
+    h = subprocess.run([args.llama_server, "--help"], capture_output=True, text=True).stdout
+    return ["-fa", "on"] if re.search(r"--flash-attn\s+\[?on", h) else ["-fa"]
 
 
 class Server:
     def __init__(self, system):
-        self.system, self.port = system, free_port()
+        self.system, self.port = system, common.free_port()
         pool = args.pool_mib << 20
         if system.startswith("llama"):
-            self.slots = max(1, pool // (kv_bytes_per_token() * args.ctx))
+            tokens = pool // common.kv_bytes_per_token(args.model)  # the whole pool, in f16
+            self.slots = max(1, tokens // args.ctx)
             cmd = [args.llama_server, "-m", args.model, "-t", str(args.threads), "--port",
-                   str(self.port), "-c", str(self.slots * args.ctx), "-np", str(self.slots),
-                   "-fa", "on", "--metrics", "--no-webui", "--threads-http", "64"]
+                   str(self.port), "-c", str(tokens), "-np", str(self.slots), *flash_attn_flag(),
+                   "--metrics", "--no-webui", "--threads-http", "64"]
             if args.llama_cache_ram >= 0:
                 cmd += ["--cache-ram", str(args.llama_cache_ram)]
         else:
@@ -156,30 +98,28 @@ class Server:
             if system == "qevict-0.2":
                 cmd += ["--kv-policy", "qevict", "--kv-budget", "0.2"]
         self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.err = []
-        threading.Thread(target=self._drain, daemon=True).start()
-        for _ in range(600):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{system} exited: {' '.join(cmd)}\n{''.join(self.err[-20:])}")
-            try:
-                if get(self.port, "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
+        self.sp = common.ServerProc(cmd, self.port, system)
+        self.proc = self.sp.proc
+        self.warm, self._stop = [], threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
 
-    def _drain(self):
-        for line in self.proc.stderr:
-            self.err.append(line)
-            del self.err[:-200]
+    def _sample(self):
+        """Conversations held warm, once a second (qevict's gauge; llama-server: its slots)."""
+        while not self._stop.wait(1.0):
+            if self.slots is not None:
+                self.warm.append(self.slots)
+                continue
+            try:
+                v = common.metric(common.get(self.port, "/metrics", timeout=5)[1],
+                                  "qevict_sessions_in_memory")
+            except OSError:
+                v = None
+            if v is not None:
+                self.warm.append(v)
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        self._stop.set()
+        self.sp.stop()
 
 
 def chat_turn(port, messages, sid):
@@ -215,6 +155,8 @@ def chat_turn(port, messages, sid):
         t = ev.get("timings")  # llama-server
         if t and "cache_n" in t:
             cached = t["cache_n"]
+            if prompt_tokens is None and "prompt_n" in t:
+                prompt_tokens = t["prompt_n"] + t["cache_n"]
     c.close()
     return {"ttft": ttft if ttft is not None else time.time() - t0, "seconds": time.time() - t0,
             "text": text, "chunks": n_tok, "cached": cached, "prompt_tokens": prompt_tokens}
@@ -255,22 +197,27 @@ def run(system, docs):
     wall = time.time() - t0
     metrics = ""
     try:
-        metrics = get(srv.port, "/metrics")[1]
+        metrics = common.get(srv.port, "/metrics", timeout=30)[1]
     except OSError:
         pass
-    peak = rss_mib(srv.proc.pid)
+    peak = common.rss_mib(srv.proc.pid, "VmHWM")
     srv.stop()
     ok = [r for r in res if "error" not in r]
     first = [r["ttft"] for r in ok if r["turn"] == 0]
     follow = [r["ttft"] for r in ok if r["turn"] > 0]
     hits = [r for r in ok if r["turn"] > 0 and (r["cached"] or 0) > 0]
     gen = sum(r["chunks"] for r in ok)
+    prompt = sum(r["prompt_tokens"] or 0 for r in ok)
+    reused = sum(r["cached"] or 0 for r in ok)
     row = {"system": system, "cmd": srv.cmd, "slots": srv.slots, "wall_s": round(wall, 1),
            "turns_ok": len(ok), "turns_failed": len(res) - len(ok),
            "ttft_first_p50": pct(first, 50), "ttft_first_p95": pct(first, 95),
            "ttft_follow_p50": pct(follow, 50), "ttft_follow_p95": pct(follow, 95),
            "agg_tok_s": gen / wall if wall else None,
            "reuse_hit_rate": len(hits) / max(1, len([r for r in ok if r["turn"] > 0])),
+           "warm_max": max(srv.warm, default=None),
+           "warm_mean": round(sum(srv.warm) / len(srv.warm), 2) if srv.warm else None,
+           "prompt_tokens": prompt, "prompt_tokens_reused": reused,
            "peak_rss_mib": round(peak, 1),
            "sessions_metrics": {k: v for k, v in re.findall(r"^(qevict_session\w*) ([0-9.eE+-]+)$", metrics, re.M)},
            "turns": res}
@@ -283,14 +230,18 @@ def main():
     rows = [run(s, docs) for s in args.systems.split(",")]
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
             "load_avg": os.getloadavg()}
-    md = ["| system | convs | turns ok / failed | TTFT turn 1 p50 / p95 s | TTFT follow-ups p50 / p95 s | aggregate tok/s | reuse hit rate | peak RSS MiB |",
-          "|---|---|---|---|---|---|---|---|"]
+    meta["qevict_version"] = subprocess.run([args.qevict, "--version"], capture_output=True,
+                                            text=True).stdout.strip()
+    md = ["| system | convs | turns ok / failed | TTFT turn 1 p50 / p95 s | TTFT follow-ups p50 / p95 s | aggregate tok/s | reuse hit rate | warm max / mean | prompt tokens prefilled / total | peak RSS MiB |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
     for r in rows:
         md.append(f"| {r['system']} | {args.convs} | {r['turns_ok']} / {r['turns_failed']} | "
                   f"{f(r['ttft_first_p50'])} / {f(r['ttft_first_p95'])} | "
                   f"{f(r['ttft_follow_p50'])} / {f(r['ttft_follow_p95'])} | {f(r['agg_tok_s'])} | "
-                  f"{r['reuse_hit_rate']:.2f} | {r['peak_rss_mib']:.0f} |")
+                  f"{r['reuse_hit_rate']:.2f} | {f(r['warm_max'])} / {f(r['warm_mean'])} | "
+                  f"{r['prompt_tokens'] - r['prompt_tokens_reused']:,} / {r['prompt_tokens']:,} | "
+                  f"{r['peak_rss_mib']:.0f} |")
     print("\n".join(md))
     if args.out:
         os.makedirs(args.out, exist_ok=True)

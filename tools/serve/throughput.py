@@ -19,16 +19,16 @@ Usage: throughput.py QEVICT LLAMA_SERVER MODEL [--out FILE] [--threads 2] ...
 Needs no package beyond the standard library. Run on a quiet machine: it is a timing.
 """
 import argparse
-import gzip
 import json
 import os
-import re
 import socket
-import subprocess
 import sys
 import threading
 import time
 import http.client
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("qevict")
@@ -58,114 +58,21 @@ def log(*a):
     print("[throughput]", *a, file=sys.stderr, flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def kv_bytes_per_token():
     """f16 K and V bytes of one token over every layer, from the model's metadata."""
-    if args.kv_bytes_per_token:
-        return args.kv_bytes_per_token
-    import struct  # the GGUF header's metadata, read here (no dependency)
-    keys = {}
-    with open(args.model, "rb") as f:
-        magic, version, n_tensors, n_kv = struct.unpack("<IIQQ", f.read(24))
-        assert magic == 0x46554747, "not a GGUF file"
-
-        def rstr():
-            (n,) = struct.unpack("<Q", f.read(8))
-            return f.read(n).decode("utf-8", "replace")
-
-        sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-                 12: "d"}
-
-        def rval(t):
-            if t == 8:
-                return rstr()
-            if t == 9:
-                et, = struct.unpack("<I", f.read(4))
-                (n,) = struct.unpack("<Q", f.read(8))
-                if et in sizes:
-                    f.seek(struct.calcsize("<" + sizes[et]) * n, 1)
-                    return None
-                return [rval(et) for _ in range(n)]
-            fmt = "<" + sizes[t]
-            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
-
-        for _ in range(n_kv):
-            k = rstr()
-            (t,) = struct.unpack("<I", f.read(4))
-            keys[k] = rval(t)
-    arch = keys["general.architecture"]
-    n_layer = keys[f"{arch}.block_count"]
-    n_head = keys[f"{arch}.attention.head_count"]
-    n_kv = keys.get(f"{arch}.attention.head_count_kv", n_head)
-    d = keys.get(f"{arch}.attention.key_length", keys[f"{arch}.embedding_length"] // n_head)
-    return 2 * n_layer * n_kv * d * 2
+    return args.kv_bytes_per_token or common.kv_bytes_per_token(args.model)
 
 
 def prompts(n):
     """n different texts of --prompt-tokens tokens (at most, within 32), cut by the model's
     tokenizer through `qevict tokenize`."""
-    text = gzip.open(args.haystack, "rt", errors="replace").read()
-    text = re.sub(r"\s+", " ", text)
-    chars = args.prompt_tokens * 10  # more than enough text, then trimmed
-
-    def count(s):
-        ids = subprocess.run([args.qevict, "tokenize", "-m", args.model, "-p", s, "--ids"],
-                             capture_output=True, text=True, check=True).stdout
-        return len(json.loads(ids))
-
-    out = []
-    for i in range(n):
-        start = (i * 7919 * 13) % max(1, len(text) - chars - 1)
-        base = f"Document {i}: " + text[start:start + chars]
-        lo, hi = 0, len(base)  # bisect the cut: the longest prefix within the token count
-        while hi - lo > 16:
-            mid = (lo + hi) // 2
-            if count(base[:mid]) <= args.prompt_tokens:
-                lo = mid
-            else:
-                hi = mid
-        s = base[:lo]
-        n_ids = count(s)
-        if not args.prompt_tokens - 32 <= n_ids <= args.prompt_tokens:
-            raise RuntimeError(f"prompt {i}: {n_ids} tokens, not ~{args.prompt_tokens}")
-        out.append(s)
-    return out
-
-
-def rss_mib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def get(port, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("GET", path)
-    r = c.getresponse()
-    body = r.read().decode("utf-8", "replace")
-    c.close()
-    return r.status, body
-
-
-def metric(text, name):
-    m = re.search(r"^" + re.escape(name) + r"(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M)
-    return float(m.group(1)) if m else None
+    return common.haystack_texts(args.qevict, args.model, args.haystack, n, args.prompt_tokens)
 
 
 class Server:
     def __init__(self, system, slots_f16):
         self.system = system
-        self.port = free_port()
+        self.port = common.free_port()
         pool = args.pool_mib * 1024 * 1024
         if system.startswith("llama"):
             ctk = "f16" if system == "llama-f16" else "q4_0"
@@ -186,20 +93,8 @@ class Server:
             self.gauge = "qevict_active_sequences"
             self.health = "/health"
         self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
-        threading.Thread(target=self._drain, daemon=True).start()
-        for _ in range(600):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{system} exited: {' '.join(cmd)}\n{''.join(self.err[-20:])}")
-            try:
-                if get(self.port, self.health)[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise RuntimeError(f"{system} did not come up")
+        self.sp = common.ServerProc(cmd, self.port, system, self.health, wait_s=120)
+        self.proc = self.sp.proc
         # Warm-up: one short request.
         req = {"prompt": "Hello", "max_tokens": 4, "temperature": 0}
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
@@ -207,30 +102,17 @@ class Server:
         c.getresponse().read()
         c.close()
 
-    err = []
-
-    def _drain(self):
-        self.err = []
-        for line in self.proc.stderr:
-            self.err.append(line)
-            if len(self.err) > 200:
-                del self.err[:100]
-
     def processing(self):
         # llama-server answers /metrics from its main loop, which a long prefill batch holds
         # for seconds: a late answer is no answer (polled again).
         try:
-            st, body = get(self.port, "/metrics")
+            st, body = common.get(self.port, "/metrics")
         except OSError:
             return None
-        return metric(body, self.gauge) if st == 200 else None
+        return common.metric(body, self.gauge) if st == 200 else None
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        self.sp.stop()
 
 
 class Stream(threading.Thread):
@@ -289,11 +171,11 @@ def run_case(system, n, texts, slots_f16):
         t_start = time.monotonic()
         for s in ss:
             s.start()
-        peak_rss = rss_mib(srv.proc.pid)
+        peak_rss = common.rss_mib(srv.proc.pid)
         t0 = None
         while t0 is None:
             time.sleep(0.1)
-            peak_rss = max(peak_rss, rss_mib(srv.proc.pid))
+            peak_rss = max(peak_rss, common.rss_mib(srv.proc.pid))
             decoding = sum(1 for s in ss if s.times)
             busy = srv.processing()
             errs = [s.error for s in ss if s.error]
@@ -307,7 +189,7 @@ def run_case(system, n, texts, slots_f16):
                 raise RuntimeError(f"{system} N={n}: no steady state after an hour")
         while time.monotonic() < t0 + args.window:
             time.sleep(0.2)
-            peak_rss = max(peak_rss, rss_mib(srv.proc.pid))
+            peak_rss = max(peak_rss, common.rss_mib(srv.proc.pid))
         t1 = time.monotonic()
         tokens = sum(sum(1 for t in s.times if t0 <= t < t1) for s in ss)
         active_in_window = sum(1 for s in ss if any(t0 <= t < t1 for t in s.times))
