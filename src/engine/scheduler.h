@@ -21,11 +21,12 @@
 // it, rewinding when the cache can, and prefills only its new tokens (in chunks, then the
 // prompt's end, as Session::append). Idle sessions are held in the pool at their real bytes:
 // reservations of the admitted requests + bytes of the idle sessions <= the pool. An admission
-// that needs room writes idle sessions to session_dir (or drops them), least recently used
-// first; a request for a session on disk restores it exactly (Session::deserialize). A
-// session named by the client (ServeRequest::session_id) is also written through to
-// session_dir/<id>.qvs at the end of each turn, before the request's end is reported, so that
-// another server sharing the directory can resume it. Only a policy whose cache can write its
+// short of room only because of idle sessions waits while requests run (they give room back
+// and keep their conversations); with none running it writes idle sessions to session_dir (or
+// drops them), least recently used first; a request for a session on disk restores it exactly
+// (Session::deserialize). A session named by the client (ServeRequest::session_id) is also written
+// through to session_dir/<id>.qvs at the end of each turn, before the request's end is reported, so
+// that another server sharing the directory can resume it. Only a policy whose cache can write its
 // state (FullKV, the tiered cache) is written; other sessions are dropped instead.
 // With reuse on, a cache is made for the server's whole context (n_ctx) so that a conversation
 // can grow, and a budget given as a fraction is first made bytes, of the request's own context
@@ -189,7 +190,10 @@ class Scheduler {
   Expected<Resolved> resolve(const ServeRequest& r) const;
   std::optional<SessionMatch> find_session(Seq& s);
   bool restore(const std::string& id, const std::string& path, bool named);
-  bool make_room(size_t need, const std::string& except);
+  // Room for `need` more reserved bytes: false (wait) when running requests hold it, or, with
+  // wait_for_running, when idle sessions do while any request runs; else evicts idle sessions
+  // (least recently used first, never `except`) until it fits.
+  bool make_room(size_t need, const std::string& except, bool wait_for_running = true);
   void evict(const std::string& id);
   void keep_session(Seq& s);
   Status write_session(SessionEntry& e, const std::string& path);

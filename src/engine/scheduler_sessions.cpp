@@ -118,7 +118,7 @@ bool Scheduler::restore(const std::string& id, const std::string& path, bool nam
   // Its bytes count like any idle session's (the request may yet wait for room): older ones
   // make way, and when even that is not enough it goes back to disk (it is the newest, so
   // the last evicted).
-  make_room(0, "");
+  make_room(0, "", /*wait_for_running=*/false);
   const SessionEntry* back = store_.find(id);
   if (!back || !back->in_memory()) return false;
   std::lock_guard<std::mutex> lk(mu_);
@@ -126,13 +126,17 @@ bool Scheduler::restore(const std::string& id, const std::string& path, bool nam
   return true;
 }
 
-bool Scheduler::make_room(size_t need, const std::string& except) {
+bool Scheduler::make_room(size_t need, const std::string& except, bool wait_for_running) {
   const size_t pool = opts_.kv_pool_bytes;
   const SessionEntry* ex = except.empty() ? nullptr : store_.find(except);
   // The session a request resumes: its bytes become the request's (its reservation covers
   // them), so they do not count here.
   size_t others = store_.bytes() - (ex && ex->in_memory() ? ex->bytes : 0);
   if (reserved_ + need > pool) return false;
+  // Short only of what idle conversations hold: while requests run, wait for them (each gives
+  // its reservation back and keeps its conversation compressed) rather than drop idle ones
+  // for room that is coming anyway; with nothing running, the least recently used make way.
+  if (wait_for_running && reserved_ > 0 && reserved_ + need + others > pool) return false;
   for (const std::string& id : store_.lru_in_memory(except)) {
     if (reserved_ + need + others <= pool) break;
     others -= store_.find(id)->bytes;

@@ -122,5 +122,82 @@ TEST_F(SchedulerModel, JoiningRequestsDecodeWhatEachDecodesAlone) {
   EXPECT_EQ(m.active, 0);
 }
 
+// Conversation reuse under a short pool: a request short of room only because of an idle
+// conversation waits while another request runs (that one gives its reservation back when it
+// ends, keeping its own conversation compressed) instead of dropping the idle conversation.
+// (With nothing running, the least recently used make way: ServeSession's eviction test.)
+TEST_F(SchedulerModel, IdleConversationsAreNotDroppedWhileRunningRequestsWillGiveRoomBack) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto request = [&](int64_t from, const std::string& id, int max_tokens) {
+    ServeRequest r;
+    r.prompt.assign(tokens_.begin() + from, tokens_.begin() + from + 300);
+    r.max_tokens = max_tokens;
+    r.sampling = greedy;
+    r.kv = params("qevict", 0.2);
+    r.session_id = id;
+    return r;
+  };
+  SchedulerOptions so;
+  so.n_ctx = 1024;
+  so.prefill_chunk = 96;
+  so.cache_prompt = true;
+  auto drain = [](Scheduler& sched, const std::shared_ptr<ServeStream>& st) {
+    for (int step = 0; step < 400; ++step) {
+      sched.step();
+      ServeEvent e;
+      while (st->next(&e, std::chrono::milliseconds(0))) {
+        EXPECT_NE(int(e.kind), int(ServeEvent::Kind::kError)) << e.error;
+        if (e.kind == ServeEvent::Kind::kDone) return true;
+      }
+    }
+    return false;
+  };
+  // A probe with room to spare: an idle conversation's bytes and a running request's
+  // reservation (every request here has the same length and policy).
+  size_t idle = 0, reserve = 0;
+  {
+    SchedulerOptions big = so;
+    big.kv_pool_bytes = size_t(256) << 20;
+    Scheduler probe(*model_, pool_, big);
+    ASSERT_TRUE(drain(probe, probe.submit(request(0, "a", 4)).stream));
+    idle = probe.metrics().session_bytes;
+    auto st = probe.submit(request(300, "b", 4)).stream;
+    probe.step();
+    reserve = probe.metrics().reserved_bytes;
+  }
+  ASSERT_GT(idle, 0u);
+  ASSERT_GT(reserve, idle);
+  // Room for two running requests, not for them and the idle conversation.
+  so.kv_pool_bytes = 2 * reserve + idle / 2;
+  Scheduler sched(*model_, pool_, so);
+  ASSERT_TRUE(drain(sched, sched.submit(request(0, "a", 4)).stream));
+  ASSERT_EQ(sched.metrics().sessions_in_memory, 1);
+  auto b = sched.submit(request(300, "b", 24)).stream;  // runs a while
+  sched.step();
+  ASSERT_EQ(sched.metrics().active, 1);
+  auto c = sched.submit(request(600, "c", 4)).stream;
+  bool b_done = false;
+  for (int step = 0; step < 400 && !b_done; ++step) {
+    sched.step();
+    const SchedulerMetrics m = sched.metrics();
+    ServeEvent e;
+    while (b->next(&e, std::chrono::milliseconds(0)))
+      if (e.kind == ServeEvent::Kind::kDone) b_done = true;
+    if (b_done) break;
+    EXPECT_EQ(m.sessions_dropped, 0) << "step " << step << ": an idle conversation dropped";
+    EXPECT_EQ(m.waiting, 1) << "step " << step << ": c admitted beside b";
+    EXPECT_EQ(m.sessions_in_memory, 1) << "step " << step;
+  }
+  ASSERT_TRUE(b_done);
+  // b's reservation came back and b is kept compressed: c fits beside both conversations.
+  ASSERT_TRUE(drain(sched, c));
+  const SchedulerMetrics m = sched.metrics();
+  EXPECT_EQ(m.sessions_dropped, 0);
+  EXPECT_EQ(m.sessions_in_memory, 3);
+  EXPECT_EQ(m.finished, 3);
+  EXPECT_LE(m.session_bytes + m.reserved_bytes, so.kv_pool_bytes);
+}
+
 }  // namespace
 }  // namespace qevict
