@@ -209,17 +209,22 @@ def run(system, docs):
     gen = sum(r["chunks"] for r in ok)
     prompt = sum(r["prompt_tokens"] or 0 for r in ok)
     reused = sum(r["cached"] or 0 for r in ok)
+    evaluated = common.metric(metrics, "llamacpp:prompt_tokens_total")
+    if evaluated is not None and not any(r["cached"] for r in ok):
+        # llama-server streams without cache_n: what it prefilled is its own counter's.
+        reused = max(0, prompt - int(evaluated))
     row = {"system": system, "cmd": srv.cmd, "slots": srv.slots, "wall_s": round(wall, 1),
            "turns_ok": len(ok), "turns_failed": len(res) - len(ok),
            "ttft_first_p50": pct(first, 50), "ttft_first_p95": pct(first, 95),
            "ttft_follow_p50": pct(follow, 50), "ttft_follow_p95": pct(follow, 95),
            "agg_tok_s": gen / wall if wall else None,
-           "reuse_hit_rate": len(hits) / max(1, len([r for r in ok if r["turn"] > 0])),
+           "reuse_hit_rate": (len(hits) / max(1, len([r for r in ok if r["turn"] > 0]))
+                              if any(r["cached"] is not None for r in ok) else None),
            "warm_max": max(srv.warm, default=None),
            "warm_mean": round(sum(srv.warm) / len(srv.warm), 2) if srv.warm else None,
            "prompt_tokens": prompt, "prompt_tokens_reused": reused,
            "peak_rss_mib": round(peak, 1),
-           "sessions_metrics": {k: v for k, v in re.findall(r"^(qevict_session\w*) ([0-9.eE+-]+)$", metrics, re.M)},
+           "sessions_metrics": {k: v for k, v in re.findall(r"^((?:qevict_session|llamacpp:prompt_tokens_total)\S*) ([0-9.eE+-]+)$", metrics, re.M)},
            "turns": res}
     log(system, json.dumps({k: v for k, v in row.items() if k not in ("turns", "cmd")}))
     return row
@@ -239,7 +244,7 @@ def main():
         md.append(f"| {r['system']} | {args.convs} | {r['turns_ok']} / {r['turns_failed']} | "
                   f"{f(r['ttft_first_p50'])} / {f(r['ttft_first_p95'])} | "
                   f"{f(r['ttft_follow_p50'])} / {f(r['ttft_follow_p95'])} | {f(r['agg_tok_s'])} | "
-                  f"{r['reuse_hit_rate']:.2f} | {f(r['warm_max'])} / {f(r['warm_mean'])} | "
+                  f"{f(r['reuse_hit_rate'])} | {f(r['warm_max'])} / {f(r['warm_mean'])} | "
                   f"{r['prompt_tokens'] - r['prompt_tokens_reused']:,} / {r['prompt_tokens']:,} | "
                   f"{r['peak_rss_mib']:.0f} |")
     print("\n".join(md))
