@@ -33,24 +33,12 @@ namespace {
 
 [[noreturn]] void raise(const std::string& msg) { throw py::value_error(msg); }
 
-// The keyword arguments through the shared KV option parser (kvcache/options.h), as the CLI's
-// flags and the server's request fields.
-KvCacheParams make_params(const std::string& policy, py::object budget, const std::string& route,
-                          const std::string& score) {
-  KvOptionList opts{{"policy", policy}};
-  if (!budget.is_none()) opts.emplace_back("budget", py::str(budget).cast<std::string>());
-  if (!route.empty()) opts.emplace_back("prefill_route", route);
-  if (!score.empty()) opts.emplace_back("score", score);
-  auto p = make_kv_params(opts);
-  if (!p) raise(p.error());
-  return *p;
-}
-
 // Every KV option as a keyword argument kv_<key> (kv_policy, kv_budget, kv_q, kv_window,
 // kv_prefill_route, ...; prefill_route and prefill_window also without the prefix, as
-// generate() takes them), through the same parser. None leaves an option at its default;
-// True/False are 1/0.
-KvCacheParams params_from_kwargs(const py::kwargs& kw) {
+// generate() takes them) through the shared KV option parser (kvcache/options.h), as the CLI's
+// flags and the server's request fields: what every binding that makes a cache reads. None
+// leaves an option at its default; True/False are 1/0.
+KvCacheParams kv_params(const py::dict& kw) {
   KvOptionList opts;
   for (auto item : kw) {
     const std::string name = py::str(item.first);
@@ -70,6 +58,21 @@ KvCacheParams params_from_kwargs(const py::kwargs& kw) {
   auto p = make_kv_params(opts);
   if (!p) raise(p.error());
   return *p;
+}
+
+// Model.generate's and Model.logits' KV arguments (an empty string: not given), the same way;
+// the budget as its str() (True is 'True', an error, as it always was here).
+KvCacheParams kv_params(const std::string& policy, const py::object& budget,
+                        const std::string& route, const std::string& score) {
+  auto or_none = [](const std::string& v) {
+    return v.empty() ? py::object(py::none()) : py::str(v);
+  };
+  py::dict kw;
+  kw["kv_policy"] = policy;
+  kw["kv_budget"] = budget.is_none() ? budget : py::str(budget);
+  kw["kv_prefill_route"] = or_none(route);
+  kw["kv_score"] = or_none(score);
+  return kv_params(kw);
 }
 
 // The cache's report as Python: stats dict, and the tier map [units, positions] (uint8:
@@ -99,6 +102,33 @@ py::dict report_dict(const SequenceKvCache& c) {
     for (size_t i = 0; i < n; ++i)
       m(u, i) = i < r.position_tiers[u].size() ? uint8_t(r.position_tiers[u][i]) : uint8_t(3);
   d["tier_map"] = tiers;
+  return d;
+}
+
+// What a generate call returns, in Model.generate and Session.generate: the text (without
+// the stop token or string), the generated tokens, whether a stop ended it; the caller adds
+// its own fields.
+py::dict generated_dict(const std::string& text, const std::vector<int32_t>& tokens,
+                        bool hit_stop) {
+  py::dict d;
+  d["text"] = text;
+  d["tokens"] = tokens;
+  d["hit_stop"] = hit_stop;
+  return d;
+}
+
+// One turn's stats (engine/session.h's TurnStats).
+py::dict turn_dict(const TurnStats& t) {
+  py::dict d;
+  d["prompt_tokens"] = t.prompt_tokens;
+  d["reused_tokens"] = t.reused_tokens;
+  d["generated"] = t.generated;
+  d["prompt_seconds"] = t.prompt_seconds;
+  d["decode_seconds"] = t.decode_seconds;
+  d["promotions"] = t.promotions;
+  d["demotions"] = t.demotions;
+  d["evictions"] = t.evictions;
+  d["bytes_held"] = t.bytes_held;
   return d;
 }
 
@@ -141,7 +171,7 @@ class PyModel {
                     py::object kv_budget, const std::string& prefill_route,
                     const std::string& kv_score, float temperature, int64_t seed, bool chat,
                     bool ignore_eos, int prefill_chunk) {
-    const KvCacheParams p = make_params(kv_policy, kv_budget, prefill_route, kv_score);
+    const KvCacheParams p = kv_params(kv_policy, kv_budget, prefill_route, kv_score);
     GenerationRequest req;
     req.prompt = prompt_tokens(prompt, chat);
     if (req.prompt.empty()) raise("the prompt has no tokens");
@@ -169,11 +199,8 @@ class PyModel {
     }
     std::vector<int32_t> out = reqs[0].output;
     if (reqs[0].hit_stop && !out.empty()) out.pop_back();  // the stop token is not text
-    py::dict d;
-    d["text"] = tok_->decode(out);
-    d["tokens"] = reqs[0].output;
+    py::dict d = generated_dict(tok_->decode(out), reqs[0].output, reqs[0].hit_stop);
     d["prompt_tokens"] = reqs[0].prompt.size();
-    d["hit_stop"] = reqs[0].hit_stop;
     d["prompt_seconds"] = st.prompt_seconds;
     d["decode_seconds"] = st.decode_seconds;
     d["cache"] = report_dict(**c);
@@ -186,7 +213,7 @@ class PyModel {
                    py::object kv_budget, const std::string& prefill_route, int chunk) {
     if (tokens.empty()) raise("no tokens");
     if (chunk < 1) raise("chunk must be >= 1");
-    const KvCacheParams p = make_params(kv_policy, kv_budget, prefill_route, "");
+    const KvCacheParams p = kv_params(kv_policy, kv_budget, prefill_route, "");
     auto c = make_kv_cache(model_->kv_shape(), int64_t(tokens.size()), p);
     if (!c) raise(c.error());
     const int64_t n = int64_t(tokens.size()), V = model_->config().n_vocab;
@@ -236,7 +263,7 @@ class PySession {
   static std::unique_ptr<PySession> create(PyModel& m, int64_t n_ctx, int prefill_chunk,
                                            const py::kwargs& kw) {
     SessionOptions o;
-    o.kv = params_from_kwargs(kw);
+    o.kv = kv_params(kw);
     o.n_ctx = n_ctx;
     o.prefill_chunk = prefill_chunk;
     auto s = Session::create(m.model(), o);
@@ -327,10 +354,8 @@ class PySession {
     };
     Session::GenerateResult g;
     run([&] { return s_->generate(turn, max_tokens, sp, stop_tokens, m_.pool(), on_token, &g); });
-    py::dict d;
-    d["text"] = cut == std::string::npos ? text : text.substr(0, cut);
-    d["tokens"] = g.tokens;
-    d["hit_stop"] = g.hit_stop || cut != std::string::npos;
+    py::dict d = generated_dict(cut == std::string::npos ? text : text.substr(0, cut), g.tokens,
+                                g.hit_stop || cut != std::string::npos);
     d["stop"] = matched.empty() ? py::object(py::none()) : py::object(py::str(matched));
     d["turn"] = turn_dict(s_->turns().back());
     return d;
@@ -371,20 +396,6 @@ class PySession {
       st = f();
     }
     if (!st) raise(st.message());
-  }
-
-  static py::dict turn_dict(const TurnStats& t) {
-    py::dict d;
-    d["prompt_tokens"] = t.prompt_tokens;
-    d["reused_tokens"] = t.reused_tokens;
-    d["generated"] = t.generated;
-    d["prompt_seconds"] = t.prompt_seconds;
-    d["decode_seconds"] = t.decode_seconds;
-    d["promotions"] = t.promotions;
-    d["demotions"] = t.demotions;
-    d["evictions"] = t.evictions;
-    d["bytes_held"] = t.bytes_held;
-    return d;
   }
 
   PyModel& m_;

@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <thread>
 
+#include "engine/session_file.h"
 #include "kernels/lowbit.h"
 #include "kernels/matmul.h"
 #include "kvcache/registry.h"
@@ -69,6 +71,18 @@ int resolve_threads(int flag_value) {
   if (flag_value > 0) return flag_value;
   const unsigned hc = std::thread::hardware_concurrency();
   return hc ? static_cast<int>(hc) : 1;
+}
+
+void add_sampling_options(CLI::App& app, SamplingParams& s, int64_t& seed) {
+  app.add_option("--temp", s.temperature, "temperature (0 = greedy)")->capture_default_str();
+  app.add_option("--top-k", s.top_k, "top-k (0 = off)")->capture_default_str();
+  app.add_option("--top-p", s.top_p, "top-p (1 = off)")->capture_default_str();
+  app.add_option("--min-p", s.min_p, "min-p (0 = off)")->capture_default_str();
+  app.add_option("-s,--seed", seed, "RNG seed (-1 = random)")->capture_default_str();
+}
+
+uint64_t resolve_seed(int64_t flag_value) {
+  return flag_value >= 0 ? uint64_t(flag_value) : std::random_device{}();
 }
 
 Expected<Loaded> load_model(const ModelOptions& o) {
@@ -256,6 +270,69 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
                                                 100.0 * r.route_seconds_decode / decode_seconds)
                                         .c_str()
                                   : "");
+}
+
+SessionOptions session_options(const KvCacheParams& kv, int64_t n_ctx, int prefill_chunk) {
+  SessionOptions o;
+  o.kv = kv;
+  o.n_ctx = n_ctx;
+  o.prefill_chunk = prefill_chunk;
+  return o;
+}
+
+// Why a session file cannot be resumed with these options (empty: it can): the first KV
+// option, or the context size, that differs.
+static std::string session_mismatch(const SessionFileContents& f, const SessionOptions& o) {
+  for (const KvOptionInfo& row : kv_options()) {
+    if (row.key == "trace") continue;  // where a trace goes is not the cache's state
+    const std::string saved = row.get(f.kv), now = row.get(o.kv);
+    if (saved != now) return fmt::format("{} {} (these flags: {})", row.flag, saved, now);
+  }
+  if (f.n_ctx != o.n_ctx) return fmt::format("-c {} (these flags: {})", f.n_ctx, o.n_ctx);
+  return "";
+}
+
+Expected<std::unique_ptr<Session>> load_session(Model& model, const std::string& path,
+                                                ThreadPool& pool, const SessionOptions* same_as,
+                                                bool* restored) {
+  // Session::load's reading and messages, with the options checked in between.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error(fmt::format("cannot open session file '{}'", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::error(fmt::format("cannot read session file '{}'", path));
+  const std::string bytes = ss.str();
+  if (same_as) {
+    auto f = decode_session(bytes);
+    if (!f) return Status::error(fmt::format("{}: {}", path, f.error()));
+    if (const std::string why = session_mismatch(*f, *same_as); !why.empty())
+      return Status::error(fmt::format(
+          "{} was saved with other options: {}; give the same options or another file", path, why));
+  }
+  auto s = Session::deserialize(model, bytes, pool, restored);
+  if (!s) return Status::error(fmt::format("{}: {}", path, s.error()));
+  return s;
+}
+
+std::vector<int32_t> eog_tokens(const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    if (tok.is_eog(id)) ids.push_back(id);
+  return ids;
+}
+
+void TokenText::put(int32_t id) {
+  if (tok_.is_eog(id)) return;
+  const std::string piece = utf8_.push(tok_.token_to_piece(id));
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+}
+
+void TokenText::end() {
+  const std::string rest = utf8_.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
 }
 
 static double now_seconds() {

@@ -1,5 +1,6 @@
 // Shared pieces of the qevict subcommands: model discovery (-m, QEVICT_MODEL, the fetched
-// default), thread count, reading prompt text, loading model + tokenizer with clear errors.
+// default), thread count, reading prompt text, loading model + tokenizer with clear errors,
+// the sessions of chat and generate --prompt-cache, streaming generated text.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,8 @@
 
 #include "core/status.h"
 #include "engine/kvquant_calibration.h"
+#include "engine/sampling.h"
+#include "engine/session.h"
 #include "kvcache/factory.h"
 #include "kvcache/options.h"
 #include "kvcache/params.h"
@@ -51,6 +54,11 @@ struct Loaded {
 };
 Expected<Loaded> load_model(const ModelOptions& o);
 
+// Sampling flags of generate and chat: --temp, --top-k, --top-p, --min-p, -s/--seed (-1 =
+// random: resolve_seed).
+void add_sampling_options(CLI::App& app, SamplingParams& s, int64_t& seed);
+uint64_t resolve_seed(int64_t flag_value);
+
 // The text of -p, or the contents of -f (exactly one must be given).
 Expected<std::string> read_prompt(const std::string& text, const std::string& file);
 
@@ -83,6 +91,35 @@ bool attach_known_calibration(const Loaded& l, KvCacheParams* p);
 // --kv-stats: per layer and total — windows per tier, moves, bytes by tier, ledger bytes
 // held by promoted windows, routing / quantization time — on stderr.
 void print_kv_stats(const SequenceKvCache& cache, double decode_seconds);
+
+// chat and generate --prompt-cache hold their conversation in a Session (engine/session.h).
+// Its options from their flags: KV params (kv_params), -c, -b.
+SessionOptions session_options(const KvCacheParams& kv, int64_t n_ctx, int prefill_chunk);
+// The session saved in `path` (chat's /save, generate --prompt-cache) for this model. With
+// `same_as`, the file must have been saved with its KV options and context size, else an error
+// naming the first that differs (generate: resuming would silently replace the flags); without,
+// the file's own options are taken (chat's /load). Errors name the path; *restored as
+// Session::load.
+Expected<std::unique_ptr<Session>> load_session(Model& model, const std::string& path,
+                                                ThreadPool& pool, const SessionOptions* same_as,
+                                                bool* restored = nullptr);
+
+// The tokenizer's end-of-generation tokens: the stop tokens of generate and chat.
+std::vector<int32_t> eog_tokens(const Tokenizer& tok);
+
+// Generated tokens as text on stdout, flushed token by token: whole UTF-8 characters only (a
+// character split across tokens waits for its last byte); end-of-generation tokens print
+// nothing. end() writes what is held back and ends the line.
+class TokenText {
+ public:
+  explicit TokenText(const Tokenizer& tok) : tok_(tok) {}
+  void put(int32_t id);
+  void end();
+
+ private:
+  const Tokenizer& tok_;
+  Utf8Streamer utf8_;
+};
 
 // A progress bar on stderr for long runs: redrawn in place on a terminal, a line every 10 %
 // otherwise (logs); shows the rate and the time left.

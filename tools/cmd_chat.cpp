@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
-#include <random>
 
 #include "chat/chat_template.h"
 #include "cli_common.h"
@@ -53,18 +52,13 @@ class Chat {
       if (!ct) return Status::error("chat template: " + ct.error());
       tmpl_.emplace(std::move(*ct));
     }
-    SessionOptions o;
-    o.kv = kv;
-    o.n_ctx = a_.n_ctx;
-    o.prefill_chunk = a_.prefill_chunk;
-    auto s = Session::create(model_, o);
+    auto s = Session::create(model_, session_options(kv, a_.n_ctx, a_.prefill_chunk));
     if (!s) return s.status();
     s_ = std::move(*s);
     if (!a_.system.empty()) msgs_.push_back({"system", a_.system});
     sampling_ = a_.sampling;
-    sampling_.seed = a_.seed >= 0 ? uint64_t(a_.seed) : std::random_device{}();
-    for (int32_t id = 0; id < tok_.n_vocab(); ++id)
-      if (tok_.is_eog(id)) stop_.push_back(id);
+    sampling_.seed = resolve_seed(a_.seed);
+    stop_ = eog_tokens(tok_);
     return Status::ok();
   }
 
@@ -175,22 +169,16 @@ class Chat {
           "the context is full ({} tokens held, {} new, -c {}); /save and start again with a "
           "larger -c",
           s_->tokens().size(), turn.size(), s_->cache().n_ctx()));
-    Utf8Streamer out;
+    TokenText out(tok_);
     Session::GenerateResult g;
     const Status st = s_->generate(
         turn, n, sampling_, stop_, pool_,
         [&](int32_t id) {
-          if (tok_.is_eog(id)) return true;
-          const std::string piece = out.push(tok_.token_to_piece(id));
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
+          out.put(id);
           return true;
         },
         &g);
-    const std::string rest = out.flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    out.end();
     if (!st) return st;
     std::vector<int32_t> reply = g.tokens;
     if (g.hit_stop && !reply.empty()) reply.pop_back();
@@ -218,7 +206,7 @@ class Chat {
 
   Status load(const std::string& path) {
     bool restored = false;
-    auto s = Session::load(model_, path, pool_, &restored);
+    auto s = load_session(model_, path, pool_, /*same_as=*/nullptr, &restored);
     if (!s) return s.status();
     s_ = std::move(*s);
     // The file holds tokens, not messages: new messages are appended after them.
@@ -315,12 +303,7 @@ Runner add_chat(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--system", a->system, "system message");
-  app.add_option("--temp", a->sampling.temperature, "temperature (0 = greedy)")
-      ->capture_default_str();
-  app.add_option("--top-k", a->sampling.top_k, "top-k (0 = off)")->capture_default_str();
-  app.add_option("--top-p", a->sampling.top_p, "top-p (1 = off)")->capture_default_str();
-  app.add_option("--min-p", a->sampling.min_p, "min-p (0 = off)")->capture_default_str();
-  app.add_option("-s,--seed", a->seed, "RNG seed (-1 = random)")->capture_default_str();
+  add_sampling_options(app, a->sampling, a->seed);
   app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -10,15 +10,12 @@
 
 #include <cstdio>
 #include <fstream>
-#include <random>
-#include <sstream>
 
 #include "chat/chat_template.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/generator.h"
 #include "engine/session.h"
-#include "engine/session_file.h"
 
 namespace qevict::cli {
 
@@ -53,18 +50,6 @@ long rss_kib() {
   return kib;
 }
 
-// Why a session file cannot be resumed with these flags (empty: it can): the first KV option,
-// or the context size, that differs.
-std::string session_mismatch(const SessionFileContents& f, const KvCacheParams& p, int64_t n_ctx) {
-  for (const KvOptionInfo& o : kv_options()) {
-    if (o.key == "trace") continue;  // where a trace goes is not the cache's state
-    const std::string saved = o.get(f.kv), now = o.get(p);
-    if (saved != now) return fmt::format("{} {} (these flags: {})", o.flag, saved, now);
-  }
-  if (f.n_ctx != n_ctx) return fmt::format("-c {} (these flags: {})", f.n_ctx, n_ctx);
-  return "";
-}
-
 // generate --prompt-cache: resume FILE's session when it fits, generate, save it back.
 int generate_in_session(const GenerateArgs& a, Loaded& l, const std::vector<int32_t>& prompt,
                         const KvCacheParams& kvp, const GenerationRequest& req, int threads,
@@ -73,21 +58,11 @@ int generate_in_session(const GenerateArgs& a, Loaded& l, const std::vector<int3
   Tokenizer& tok = *l.tokenizer;
   ThreadPool pool(threads);
   const std::string& path = a.prompt_cache;
+  const SessionOptions want = session_options(kvp, a.n_ctx, a.prefill_chunk);
   std::unique_ptr<Session> s;
-  std::ifstream in(path, std::ios::binary);
-  if (in) {
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    const std::string bytes = ss.str();
-    auto f = decode_session(bytes);
-    if (!f) return fail(fmt::format("--prompt-cache {}: {}", path, f.error()));
-    if (const std::string why = session_mismatch(*f, kvp, a.n_ctx); !why.empty())
-      return fail(fmt::format(
-          "--prompt-cache {} was saved with other options: {}; give the same options or another "
-          "file",
-          path, why));
-    auto loaded = Session::deserialize(model, bytes, pool);
-    if (!loaded) return fail(fmt::format("--prompt-cache {}: {}", path, loaded.error()));
+  if (std::ifstream(path, std::ios::binary)) {
+    auto loaded = load_session(model, path, pool, &want);
+    if (!loaded) return fail("--prompt-cache " + loaded.error());
     s = std::move(*loaded);
     int64_t c = common_prefix(s->tokens(), prompt);
     // The model must run on at least the prompt's last token (its logits give the first new
@@ -113,11 +88,7 @@ int generate_in_session(const GenerateArgs& a, Loaded& l, const std::vector<int3
     return fail(fmt::format("--prompt-cache {}: cannot read the file", path));
   }
   if (!s) {
-    SessionOptions o;
-    o.kv = kvp;
-    o.n_ctx = a.n_ctx;
-    o.prefill_chunk = a.prefill_chunk;
-    auto created = Session::create(model, o);
+    auto created = Session::create(model, want);
     if (!created) return fail(created.error());
     s = std::move(*created);
   }
@@ -129,22 +100,16 @@ int generate_in_session(const GenerateArgs& a, Loaded& l, const std::vector<int3
     std::fwrite(echo.data(), 1, echo.size(), stdout);
     std::fflush(stdout);
   }
-  Utf8Streamer out;
+  TokenText out(tok);
   Session::GenerateResult g;
   Status st = s->generate(
       turn, a.n_predict, req.sampling, req.stop_tokens, pool,
       [&](int32_t id) {
-        if (tok.is_eog(id) || a.quiet) return true;
-        const std::string piece = out.push(tok.token_to_piece(id));
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
+        if (!a.quiet) out.put(id);
         return true;
       },
       &g);
-  const std::string rest = out.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  out.end();
   if (!st) return fail(st.message());
   const TurnStats& t = s->turns().back();
   std::fprintf(stderr,
@@ -203,12 +168,10 @@ int run_generate(const GenerateArgs& a) {
   const int threads = resolve_threads(a.model.threads);
   if (Status st = prepare_kv_params(*loaded, &*kvp, threads); !st.is_ok())
     return fail(st.message());
+  req.sampling = a.sampling;
+  req.sampling.seed = resolve_seed(a.seed);
+  if (!a.ignore_eos) req.stop_tokens = eog_tokens(tok);
   if (!a.prompt_cache.empty()) {
-    req.sampling = a.sampling;
-    req.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
-    if (!a.ignore_eos)
-      for (int32_t id = 0; id < tok.n_vocab(); ++id)
-        if (tok.is_eog(id)) req.stop_tokens.push_back(id);
     return generate_in_session(a, *loaded, req.prompt, *kvp, req, threads,
                                a.chat || a.quiet ? std::string() : prompt_text);
   }
@@ -218,18 +181,13 @@ int run_generate(const GenerateArgs& a) {
   SequenceKvCache& cache = **cache_or;
   req.cache = &cache;
   req.n_predict = a.n_predict;
-  req.sampling = a.sampling;
-  req.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
-  if (!a.ignore_eos)
-    for (int32_t id = 0; id < tok.n_vocab(); ++id)
-      if (tok.is_eog(id)) req.stop_tokens.push_back(id);
 
   ThreadPool pool(threads);
   std::vector<GenerationRequest> reqs{std::move(req)};
   GenerateOptions go;
   go.prefill_chunk = a.prefill_chunk;
   GenerationStats st;
-  Utf8Streamer out;
+  TokenText out(tok);
   if (!a.chat && !a.quiet) {  // echo the prompt like llama.cpp does
     std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
     std::fflush(stdout);
@@ -245,17 +203,11 @@ int run_generate(const GenerateArgs& a) {
         if (a.rss_every > 0 && n_out % a.rss_every == 0)
           std::fprintf(stderr, "rss: generated %lld tokens, RSS %ld KiB, KV cache %zu bytes\n",
                        (long long)n_out, rss_kib(), cache.bytes_held());
-        if (tok.is_eog(id) || a.quiet) return true;
-        const std::string piece = out.push(tok.token_to_piece(id));
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
+        if (!a.quiet) out.put(id);
         return true;
       },
       &st);
-  const std::string rest = out.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  out.end();
   if (!s) return fail(s.message());
   std::fprintf(
       stderr,
@@ -289,12 +241,7 @@ Runner add_generate(CLI::App& app) {
   app.add_flag("--no-parse-special", a->no_parse_special,
                "treat special-token text (e.g. <|im_start|>) in the prompt as plain text "
                "(not with --chat: the template's tokens are always parsed)");
-  app.add_option("--temp", a->sampling.temperature, "temperature (0 = greedy)")
-      ->capture_default_str();
-  app.add_option("--top-k", a->sampling.top_k, "top-k (0 = off)")->capture_default_str();
-  app.add_option("--top-p", a->sampling.top_p, "top-p (1 = off)")->capture_default_str();
-  app.add_option("--min-p", a->sampling.min_p, "min-p (0 = off)")->capture_default_str();
-  app.add_option("-s,--seed", a->seed, "RNG seed (-1 = random)")->capture_default_str();
+  add_sampling_options(app, a->sampling, a->seed);
   app.add_option("-b,--prefill-chunk", a->prefill_chunk, "prompt tokens per forward call")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

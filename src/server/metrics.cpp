@@ -3,69 +3,94 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <optional>
+
 namespace qevict {
 
+namespace {
+
+constexpr const char* kCounter = "counter";
+constexpr const char* kGauge = "gauge";
+
+// One metric of the exposition: its HELP and TYPE lines, then one line of `value`, or with
+// `by_tier` one line per tier (label tier="full", "quant", "sink").
+struct Row {
+  const char* name;  // after the prefix qevict_
+  const char* help;
+  const char* type;
+  double value = 0.0;
+  std::optional<std::array<size_t, 3>> by_tier;
+};
+
+}  // namespace
+
 std::string prometheus_metrics(const SchedulerMetrics& m) {
-  std::string s;
-  auto add = [&](const char* name, const char* type, const char* help, double v) {
-    s += fmt::format("# HELP qevict_{} {}\n# TYPE qevict_{} {}\nqevict_{} {}\n", name, help, name,
-                     type, name, v);
+  using Tiers = std::array<size_t, 3>;
+  const Row rows[] = {
+      {"requests_total", "requests received", kCounter, double(m.requests)},
+      {"requests_refused_total", "requests refused with 429 (queue full)", kCounter,
+       double(m.refused_queue_full)},
+      {"requests_finished_total", "requests answered", kCounter, double(m.finished)},
+      {"requests_cancelled_total", "requests whose client left", kCounter, double(m.cancelled)},
+      {"requests_failed_total", "requests that failed", kCounter, double(m.failed)},
+      {"kv_budget_floored_total",
+       "requests whose KV budget fraction was raised to the policy's fixed regions (short context)",
+       kCounter, double(m.budget_floored)},
+      {"prompt_tokens_total", "prompt tokens processed", kCounter, double(m.prompt_tokens)},
+      {"generated_tokens_total", "tokens generated", kCounter, double(m.generated_tokens)},
+      {"queue_depth", "requests waiting for room in the KV pool", kGauge, double(m.waiting)},
+      {"active_sequences", "sequences in the batch", kGauge, double(m.active)},
+      {"kv_pool_bytes", "the KV byte pool", kGauge, double(m.pool_bytes)},
+      {"kv_reserved_bytes", "bytes reserved by admitted requests", kGauge,
+       double(m.reserved_bytes)},
+      {"kv_held_bytes", "bytes the running requests' caches hold (real allocations)", kGauge,
+       double(m.held_bytes)},
+      {"kv_held_max_bytes",
+       "the most held after any step (running requests and idle conversations)", kGauge,
+       double(m.max_held_bytes)},
+      {"kv_tier_bytes", "bytes in use by tier", kGauge, 0.0,
+       Tiers{m.held_full, m.held_quant, m.held_sink}},
+      {"evictions_total", "windows/tokens evicted (finished sequences)", kCounter,
+       double(m.evictions)},
+      {"promotions_total", "windows promoted Q to F (finished sequences)", kCounter,
+       double(m.promotions)},
+      // Conversation reuse (engine/scheduler.h).
+      {"sessions_in_memory", "idle conversations whose cache is in memory", kGauge,
+       double(m.sessions_in_memory)},
+      {"sessions_on_disk", "idle conversations held only in --session-dir", kGauge,
+       double(m.sessions_on_disk)},
+      {"session_hits_total", "requests that resumed a conversation", kCounter,
+       double(m.session_hits)},
+      {"session_misses_total", "requests that started a new cache (reuse on)", kCounter,
+       double(m.session_misses)},
+      {"prompt_tokens_reused_total", "prompt tokens taken from a conversation's cache", kCounter,
+       double(m.reused_tokens)},
+      {"sessions_written_total", "session files written to --session-dir", kCounter,
+       double(m.sessions_written)},
+      {"sessions_dropped_total", "idle conversations dropped for room (not written)", kCounter,
+       double(m.sessions_dropped)},
+      {"sessions_restored_total", "conversations read back from --session-dir", kCounter,
+       double(m.sessions_restored)},
+      {"session_bytes", "bytes idle conversations hold in the KV pool", kGauge,
+       double(m.session_bytes)},
+      {"session_tier_bytes", "bytes idle conversations hold, by tier", kGauge, 0.0,
+       Tiers{m.session_full, m.session_quant, m.session_sink}},
+      {"steps_total", "scheduler steps (forward calls)", kCounter, double(m.steps)},
+      {"decode_tokens_per_second", "tokens per second of decoding steps", kGauge,
+       m.decode_seconds > 0 ? double(m.decode_tokens) / m.decode_seconds : 0.0},
   };
-  add("requests_total", "counter", "requests received", double(m.requests));
-  add("requests_refused_total", "counter", "requests refused with 429 (queue full)",
-      double(m.refused_queue_full));
-  add("requests_finished_total", "counter", "requests answered", double(m.finished));
-  add("requests_cancelled_total", "counter", "requests whose client left", double(m.cancelled));
-  add("requests_failed_total", "counter", "requests that failed", double(m.failed));
-  add("kv_budget_floored_total", "counter",
-      "requests whose KV budget fraction was raised to the policy's fixed regions (short context)",
-      double(m.budget_floored));
-  add("prompt_tokens_total", "counter", "prompt tokens processed", double(m.prompt_tokens));
-  add("generated_tokens_total", "counter", "tokens generated", double(m.generated_tokens));
-  add("queue_depth", "gauge", "requests waiting for room in the KV pool", double(m.waiting));
-  add("active_sequences", "gauge", "sequences in the batch", double(m.active));
-  add("kv_pool_bytes", "gauge", "the KV byte pool", double(m.pool_bytes));
-  add("kv_reserved_bytes", "gauge", "bytes reserved by admitted requests",
-      double(m.reserved_bytes));
-  add("kv_held_bytes", "gauge", "bytes the running requests' caches hold (real allocations)",
-      double(m.held_bytes));
-  add("kv_held_max_bytes", "gauge",
-      "the most held after any step (running requests and idle conversations)",
-      double(m.max_held_bytes));
-  s += "# HELP qevict_kv_tier_bytes bytes in use by tier\n# TYPE qevict_kv_tier_bytes gauge\n";
-  s += fmt::format("qevict_kv_tier_bytes{{tier=\"full\"}} {}\n", m.held_full);
-  s += fmt::format("qevict_kv_tier_bytes{{tier=\"quant\"}} {}\n", m.held_quant);
-  s += fmt::format("qevict_kv_tier_bytes{{tier=\"sink\"}} {}\n", m.held_sink);
-  add("evictions_total", "counter", "windows/tokens evicted (finished sequences)",
-      double(m.evictions));
-  add("promotions_total", "counter", "windows promoted Q to F (finished sequences)",
-      double(m.promotions));
-  add("sessions_in_memory", "gauge", "idle conversations whose cache is in memory",
-      double(m.sessions_in_memory));
-  add("sessions_on_disk", "gauge", "idle conversations held only in --session-dir",
-      double(m.sessions_on_disk));
-  add("session_hits_total", "counter", "requests that resumed a conversation",
-      double(m.session_hits));
-  add("session_misses_total", "counter", "requests that started a new cache (reuse on)",
-      double(m.session_misses));
-  add("prompt_tokens_reused_total", "counter", "prompt tokens taken from a conversation's cache",
-      double(m.reused_tokens));
-  add("sessions_written_total", "counter", "session files written to --session-dir",
-      double(m.sessions_written));
-  add("sessions_dropped_total", "counter", "idle conversations dropped for room (not written)",
-      double(m.sessions_dropped));
-  add("sessions_restored_total", "counter", "conversations read back from --session-dir",
-      double(m.sessions_restored));
-  add("session_bytes", "gauge", "bytes idle conversations hold in the KV pool",
-      double(m.session_bytes));
-  s += "# HELP qevict_session_tier_bytes bytes idle conversations hold, by tier\n"
-       "# TYPE qevict_session_tier_bytes gauge\n";
-  s += fmt::format("qevict_session_tier_bytes{{tier=\"full\"}} {}\n", m.session_full);
-  s += fmt::format("qevict_session_tier_bytes{{tier=\"quant\"}} {}\n", m.session_quant);
-  s += fmt::format("qevict_session_tier_bytes{{tier=\"sink\"}} {}\n", m.session_sink);
-  add("steps_total", "counter", "scheduler steps (forward calls)", double(m.steps));
-  add("decode_tokens_per_second", "gauge", "tokens per second of decoding steps",
-      m.decode_seconds > 0 ? double(m.decode_tokens) / m.decode_seconds : 0.0);
+  static constexpr const char* kTierNames[] = {"full", "quant", "sink"};
+  std::string s;
+  for (const Row& r : rows) {
+    s += fmt::format("# HELP qevict_{0} {1}\n# TYPE qevict_{0} {2}\n", r.name, r.help, r.type);
+    if (!r.by_tier) {
+      s += fmt::format("qevict_{} {}\n", r.name, r.value);
+      continue;
+    }
+    for (size_t t = 0; t < r.by_tier->size(); ++t)
+      s += fmt::format("qevict_{}{{tier=\"{}\"}} {}\n", r.name, kTierNames[t], (*r.by_tier)[t]);
+  }
   return s;
 }
 

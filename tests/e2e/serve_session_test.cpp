@@ -6,21 +6,14 @@
 // (the file's bytes re-serialized after a restore are the file); a conversation named by
 // X-Session-Id is resumed by another server sharing the directory (a failover).
 #include <gtest/gtest.h>
-#include <httplib.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <thread>
 
+#include "e2e/e2e_process.h"
 #include "e2e/real_model_fixture.h"
 #include "engine/scheduler.h"
 #include "engine/session.h"
-#include "kvcache/registry.h"
-#include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qevict {
@@ -29,17 +22,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 using ServeSession = RealModelTest;
-
-// kv_policy (default full), kv_budget (a fraction) and kv_budget_bytes.
-Expected<KvCacheParams> request_kv(const OpenAiRequest& q) {
-  KvCacheParams p;
-  p.policy = q.kv_policy.value_or("full");
-  p.budget_fraction = q.kv_budget.value_or(0.0);
-  for (const auto& [k, v] : q.kv_options)
-    if (k == "budget_bytes") p.budget_bytes = std::stoll(v);
-  if (Status s = apply_policy_defaults(&p, KvParamsGiven{}); !s) return s;
-  return p;
-}
 
 SchedulerOptions options(bool reuse, const std::string& dir = "", int max_sessions = 16,
                          size_t pool = size_t(256) << 20) {
@@ -53,60 +35,12 @@ SchedulerOptions options(bool reuse, const std::string& dir = "", int max_sessio
   return so;
 }
 
-// The server on 127.0.0.1:<any port> and the scheduler thread, for its lifetime.
-class Running {
+// The server of these tests: model id smol.gguf, the model's chat template.
+class Running : public RunningServer {
  public:
   Running(Model& model, ThreadPool& pool, const Tokenizer& tok, const SchedulerOptions& so)
-      : sched_(model, pool, so),
-        server_({"smol.gguf", "", so.n_ctx, 1 << 20}, tok,
-                model.gguf().get_string_or("tokenizer.chat_template", ""), sched_, request_kv,
-                stop_),
-        cli_(nullptr) {
-    server_.install(svr_);
-    port_ = svr_.bind_to_any_port("127.0.0.1");
-    http_ = std::thread([this] { svr_.listen_after_bind(); });
-    worker_ = std::thread([this] { sched_.run(stop_); });
-    cli_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    cli_->set_read_timeout(300);
-  }
-  ~Running() {
-    svr_.stop();
-    http_.join();
-    stop_.store(true);
-    sched_.wake();
-    worker_.join();
-  }
-  // POST /v1/chat/completions; the body as JSON (status 200 asserted by the caller).
-  json chat(const json& body, const std::string& session = "") {
-    httplib::Headers h;
-    if (!session.empty()) h.emplace("X-Session-Id", session);
-    auto r = cli_->Post("/v1/chat/completions", h, body.dump(), "application/json");
-    if (!r) return json{{"http_error", int(r.error())}};
-    if (r->status != 200) return json{{"status", r->status}, {"body", r->body}};
-    if (body.value("stream", false)) return json{{"sse", r->body}};
-    return json::parse(r->body);
-  }
-  double metric(const std::string& name) {
-    auto r = cli_->Get("/metrics");
-    if (!r) return -1;
-    const std::string line = "\nqevict_" + name + " ";
-    const size_t at = r->body.find(line);
-    return at == std::string::npos ? -1 : std::stod(r->body.substr(at + line.size()));
-  }
-  json slots() {
-    auto r = cli_->Get("/slots");
-    return r ? json::parse(r->body) : json();
-  }
-  SchedulerMetrics metrics() const { return sched_.metrics(); }
-
- private:
-  std::atomic<bool> stop_{false};
-  Scheduler sched_;
-  OpenAiServer server_;
-  httplib::Server svr_;
-  int port_ = -1;
-  std::thread http_, worker_;
-  std::unique_ptr<httplib::Client> cli_;
+      : RunningServer(model, pool, tok, so,
+                      model.gguf().get_string_or("tokenizer.chat_template", ""), "smol.gguf") {}
 };
 
 std::string long_text() {
@@ -142,20 +76,6 @@ json second_messages(const std::string& answer) {
 
 std::string content(const json& r) { return r["choices"][0]["message"]["content"]; }
 int64_t cached(const json& r) { return r["usage"]["prompt_tokens_details"]["cached_tokens"]; }
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 // Turn 1 and turn 2 of the conversation on a server without reuse: the reference answers.
 std::pair<std::string, std::string> reference(Model& m, ThreadPool& pool, const Tokenizer& tok) {
@@ -256,7 +176,7 @@ TEST_F(ServeSession, EvictedSessionsGoToTheSessionDirAndComeBackExactly) {
   for (const auto& f : fs::directory_iterator(dir)) files.push_back(f.path());
   ASSERT_EQ(files.size(), 1u);
   // The file restores exactly: deserialized and serialized again, the same bytes.
-  const std::string bytes = read_file(files[0]);
+  const std::string bytes = slurp(files[0]);
   bool restored = false;
   auto ses = Session::deserialize(*model_, bytes, pool_, &restored);
   ASSERT_TRUE(ses) << ses.error();

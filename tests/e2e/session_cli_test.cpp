@@ -3,28 +3,16 @@
 // continues exactly as the first did; `qevict generate --prompt-cache` resumes its file on a
 // second run; a truncated or foreign session file is a clear error and a non-zero exit.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <regex>
 #include <string>
 
+#include "e2e/e2e_process.h"
+
 namespace qevict {
 namespace {
-
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-struct CliRun {
-  int rc = -1;
-  std::string out, err;
-};
 
 // The first match's integer group `g` of `re` in `text`, or -1.
 long find_int(const std::string& text, const std::string& re, int g = 1) {
@@ -32,37 +20,7 @@ long find_int(const std::string& text, const std::string& re, int g = 1) {
   return std::regex_search(text, m, std::regex(re)) ? std::stol(m[g]) : -1;
 }
 
-class SessionCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const char* m = std::getenv("QEVICT_TEST_MODEL");
-    if (!m || !*m) GTEST_SKIP() << "QEVICT_TEST_MODEL is not set";
-    model_ = m;
-    dir_ = std::filesystem::temp_directory_path() /
-           ("qevict_session_cli_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  CliRun run(const std::string& args, const std::string& input = "") {
-    {
-      std::ofstream f(dir_ / "in.txt", std::ios::binary);
-      f << input;
-    }
-    const std::string cmd = std::string(QEVICT_CLI) + " " + args + " -m " + model_ + " -t 2 <" +
-                            path("in.txt") + " >" + path("out.txt") + " 2>" + path("err.txt");
-    const int st = std::system(cmd.c_str());
-    CliRun r;
-    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(dir_ / "out.txt");
-    r.err = slurp(dir_ / "err.txt");
-    return r;
-  }
-  std::string model_;
-  std::filesystem::path dir_;
-};
+using SessionCli = CliTest;
 
 // A first message long enough that a 20 % budget of a 512-token context compresses.
 std::string long_message() {
@@ -72,7 +30,7 @@ std::string long_message() {
   return m + " What does the keeper write in?";
 }
 
-const char* kChat = "chat --temp 0 -n 24 -c 512 --kv-policy qevict --kv-budget 0.2";
+const char* kChat = "chat -t 2 --temp 0 -n 24 -c 512 --kv-policy qevict --kv-budget 0.2";
 
 TEST_F(SessionCli, ChatTwoTurnsSaveLoadStats) {
   const std::string file = path("chat.qsess");
@@ -134,7 +92,8 @@ const char* kPrompt =
 
 TEST_F(SessionCli, PromptCacheIsReusedOnTheSecondRun) {
   const std::string file = path("p.qsess");
-  const std::string gen = "generate --temp 0 -n 8 -c 512 --quiet --kv-policy full --prompt-cache ";
+  const std::string gen =
+      "generate -t 2 --temp 0 -n 8 -c 512 --quiet --kv-policy full --prompt-cache ";
   CliRun a = run(gen + file + " -p '" + kPrompt + "'");
   ASSERT_EQ(a.rc, 0) << a.err;
   const long n_prompt = find_int(a.err, "reused 0 tokens, prefilled (\\d+)");
@@ -149,7 +108,8 @@ TEST_F(SessionCli, PromptCacheIsReusedOnTheSecondRun) {
 
   // A compressed cache: the same prompt again reuses all of it but the last token.
   const std::string tiered =
-      "generate --temp 0 -n 4 -c 512 --quiet --kv-policy qevict --kv-budget 0.2 --prompt-cache ";
+      "generate -t 2 --temp 0 -n 4 -c 512 --quiet --kv-policy qevict --kv-budget 0.2 "
+      "--prompt-cache ";
   const std::string tfile = path("t.qsess");
   ASSERT_EQ(run(tiered + tfile + " -p '" + kPrompt + "'").rc, 0);
   CliRun t = run(tiered + tfile + " -p '" + kPrompt + "'");
@@ -158,7 +118,7 @@ TEST_F(SessionCli, PromptCacheIsReusedOnTheSecondRun) {
 
   // Other KV options: refused, naming the option.
   CliRun m =
-      run("generate --temp 0 -n 4 -c 512 --quiet --kv-policy qevict --kv-budget 0.3 "
+      run("generate -t 2 --temp 0 -n 4 -c 512 --quiet --kv-policy qevict --kv-budget 0.3 "
           "--prompt-cache " +
           tfile + " -p 'x'");
   EXPECT_NE(m.rc, 0);
@@ -171,7 +131,7 @@ TEST_F(SessionCli, PromptCacheIsReusedOnTheSecondRun) {
 
 TEST_F(SessionCli, TruncatedPromptCacheIsAClearError) {
   const std::string file = path("p.qsess");
-  const std::string gen = "generate --temp 0 -n 4 -c 512 --quiet --prompt-cache ";
+  const std::string gen = "generate -t 2 --temp 0 -n 4 -c 512 --quiet --prompt-cache ";
   ASSERT_EQ(run(gen + file + " -p 'Hello world'").rc, 0);
   const std::string bytes = slurp(file);
   {

@@ -76,4 +76,11 @@ def test_bad_options_raise(model):
         model.generate(PROMPT, kv_policy="nope")
     with pytest.raises(ValueError):
         model.generate(PROMPT, kv_policy="qevict", kv_budget=-1.0)
+    # prefill_route and kv_score go through the KV option parser the sessions use, too.
+    with pytest.raises(ValueError, match="prefill_route must be"):
+        model.generate(PROMPT, kv_policy="qevict", kv_budget=0.3, prefill_route="nope")
+    with pytest.raises(ValueError, match="score must be"):
+        model.generate(PROMPT, kv_policy="qevict", kv_budget=0.3, kv_score="nope")
+    with pytest.raises(ValueError, match="prefill_route must be"):
+        model.logits([1, 2, 3], kv_policy="qevict", kv_budget=0.3, prefill_route="nope")
     assert "qevict" in qevict.policies() and "snapkv" in qevict.policies()

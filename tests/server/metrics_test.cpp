@@ -68,5 +68,63 @@ TEST(PrometheusMetrics, ExactLinesForChosenValues) {
     EXPECT_NE(ses.find(line), std::string::npos) << line << ses;
 }
 
+// The conversation-reuse metrics (issue 50 item 2): every name, HELP text, TYPE and value, in
+// order, for distinct values (dashboards and alerts key on the names and types).
+TEST(PrometheusMetrics, SessionMetricsNamesTypesAndValues) {
+  SchedulerMetrics m;
+  m.sessions_in_memory = 1;
+  m.sessions_on_disk = 2;
+  m.session_hits = 3;
+  m.session_misses = 4;
+  m.reused_tokens = 5;
+  m.sessions_written = 6;
+  m.sessions_dropped = 7;
+  m.sessions_restored = 8;
+  m.session_bytes = 9;
+  m.session_full = 10;
+  m.session_quant = 11;
+  m.session_sink = 12;
+  const std::string s = prometheus_metrics(m);
+  const size_t from = s.find("# HELP qevict_sessions_in_memory ");
+  const size_t to = s.find("# HELP qevict_steps_total ");
+  ASSERT_NE(from, std::string::npos) << s;
+  ASSERT_NE(to, std::string::npos) << s;
+  EXPECT_EQ(s.substr(from, to - from),
+            "# HELP qevict_sessions_in_memory idle conversations whose cache is in memory\n"
+            "# TYPE qevict_sessions_in_memory gauge\n"
+            "qevict_sessions_in_memory 1\n"
+            "# HELP qevict_sessions_on_disk idle conversations held only in --session-dir\n"
+            "# TYPE qevict_sessions_on_disk gauge\n"
+            "qevict_sessions_on_disk 2\n"
+            "# HELP qevict_session_hits_total requests that resumed a conversation\n"
+            "# TYPE qevict_session_hits_total counter\n"
+            "qevict_session_hits_total 3\n"
+            "# HELP qevict_session_misses_total requests that started a new cache (reuse on)\n"
+            "# TYPE qevict_session_misses_total counter\n"
+            "qevict_session_misses_total 4\n"
+            "# HELP qevict_prompt_tokens_reused_total prompt tokens taken from a conversation's "
+            "cache\n"
+            "# TYPE qevict_prompt_tokens_reused_total counter\n"
+            "qevict_prompt_tokens_reused_total 5\n"
+            "# HELP qevict_sessions_written_total session files written to --session-dir\n"
+            "# TYPE qevict_sessions_written_total counter\n"
+            "qevict_sessions_written_total 6\n"
+            "# HELP qevict_sessions_dropped_total idle conversations dropped for room (not "
+            "written)\n"
+            "# TYPE qevict_sessions_dropped_total counter\n"
+            "qevict_sessions_dropped_total 7\n"
+            "# HELP qevict_sessions_restored_total conversations read back from --session-dir\n"
+            "# TYPE qevict_sessions_restored_total counter\n"
+            "qevict_sessions_restored_total 8\n"
+            "# HELP qevict_session_bytes bytes idle conversations hold in the KV pool\n"
+            "# TYPE qevict_session_bytes gauge\n"
+            "qevict_session_bytes 9\n"
+            "# HELP qevict_session_tier_bytes bytes idle conversations hold, by tier\n"
+            "# TYPE qevict_session_tier_bytes gauge\n"
+            "qevict_session_tier_bytes{tier=\"full\"} 10\n"
+            "qevict_session_tier_bytes{tier=\"quant\"} 11\n"
+            "qevict_session_tier_bytes{tier=\"sink\"} 12\n");
+}
+
 }  // namespace
 }  // namespace qevict
