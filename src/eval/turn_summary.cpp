@@ -62,12 +62,16 @@ std::vector<TurnSummaryRow> summarize_turns(const std::vector<json>& results) {
     r.score += j["score"].get<double>();
     if (d.contains("promotions") && d["promotions"].is_number())
       r.promotions += d["promotions"].get<double>();
-    double t[4];
+    double t[4], ta[4];
     if (d.contains("before") && d["before"].contains("needle_tiers") &&
-        read_shares(d["before"]["needle_tiers"], t)) {
-      const double sum = t[0] + t[1] + t[2] + t[3];
-      if (sum > 0) {
-        for (int k = 0; k < 4; ++k) r.needle[k] += t[k] / sum;
+        read_shares(d["before"]["needle_tiers"], t) && d.contains("after") &&
+        d["after"].contains("needle_tiers") && read_shares(d["after"]["needle_tiers"], ta)) {
+      const double sum = t[0] + t[1] + t[2] + t[3], sum_a = ta[0] + ta[1] + ta[2] + ta[3];
+      if (sum > 0 && sum_a > 0) {
+        for (int k = 0; k < 4; ++k) {
+          r.needle[k] += t[k] / sum;
+          r.needle_after[k] += ta[k] / sum_a;
+        }
         ++r.n_needle;
       }
     }
@@ -79,6 +83,7 @@ std::vector<TurnSummaryRow> summarize_turns(const std::vector<json>& results) {
     r.score /= double(r.n);
     r.promotions /= double(r.n);
     divide(r.needle, r.n_needle);
+    divide(r.needle_after, r.n_needle);
     divide(r.fullkv_prompt, r.n_fullkv);
     divide(r.fullkv_turn, r.n_fullkv);
     divide(r.own_prompt, r.n_own);
@@ -91,6 +96,7 @@ std::vector<TurnSummaryRow> summarize_turns(const std::vector<json>& results) {
 std::string turn_summary_csv(const std::vector<TurnSummaryRow>& rows) {
   std::string s = "length,protocol,variant,budget,n,score,n_needle";
   for (const char* t : kTiers) s += fmt::format(",needle_{}", t);
+  for (const char* t : kTiers) s += fmt::format(",needle_after_{}", t);
   s += ",promotions,n_fullkv";
   for (const char* part : {"prompt", "turn"})
     for (const char* t : kTiers) s += fmt::format(",fullkv_{}_{}", part, t);
@@ -101,7 +107,8 @@ std::string turn_summary_csv(const std::vector<TurnSummaryRow>& rows) {
   for (const auto& r : rows) {
     s += fmt::format("{},{},{},{:g},{},{:.4f},{}", r.length, r.protocol, r.variant, r.budget, r.n,
                      r.score, r.n_needle);
-    for (double x : r.needle) s += fmt::format(",{:.4f}", x);
+    for (const double* v : {r.needle, r.needle_after})
+      for (int k = 0; k < 4; ++k) s += fmt::format(",{:.4f}", v[k]);
     s += fmt::format(",{:.2f},{}", r.promotions, r.n_fullkv);
     for (const double* v : {r.fullkv_prompt, r.fullkv_turn})
       for (int k = 0; k < 4; ++k) s += fmt::format(",{:.4f}", v[k]);
@@ -118,8 +125,9 @@ std::string turn_summary_markdown(const std::vector<TurnSummaryRow>& rows) {
   std::string md =
       "\n## Turn diagnostics\n\nPer answered turn of a multi-turn protocol (`multi.tK`: question "
       "K), means over its lines, in percent. needle L/F/Q/E: where the asked needle's tokens "
-      "were (over layers, or layers and KV heads) when the question arrived; promo: windows "
-      "promoted during the turn; FullKV mass L/F/Q/E: the share of FullKV's attention during "
+      "were (over layers, or layers and KV heads) when the question arrived, F after: in F after "
+      "the answer; promo: windows (any, not only the needle's) promoted during the turn; FullKV "
+      "mass L/F/Q/E: the share of FullKV's attention during "
       "the turn (its question and answer tokens) on the text's positions the variant held in "
       "F, Q or had evicted when the question arrived (L: sink, local region, and every "
       "position after the text); own F/Q: the cache's own attention during the turn on its F "
@@ -129,15 +137,16 @@ std::string turn_summary_markdown(const std::vector<TurnSummaryRow>& rows) {
   for (const auto& r : rows) by_len[r.length].push_back(&r);
   for (const auto& [length, lr] : by_len) {
     md += fmt::format(
-        "\n### {} tokens\n\n| protocol | variant | n | score | needle L | F | Q | E | promo | "
-        "FullKV mass L | F | Q | E | own F | own Q |\n|---|---|---|---|---|---|---|---|---|---|"
-        "---|---|---|---|---|\n",
+        "\n### {} tokens\n\n| protocol | variant | n | score | needle L | F | Q | E | F after | "
+        "promo | FullKV mass L | F | Q | E | own F | own Q |\n|---|---|---|---|---|---|---|---|"
+        "---|---|---|---|---|---|---|---|\n",
         length);
     for (const TurnSummaryRow* r : lr) {
       const std::string v =
           r->budget > 0 ? fmt::format("{}@{:g}", r->variant, r->budget) : r->variant;
       md += fmt::format("| {} | {} | {} | {:.1f} |", r->protocol, v, r->n, 100.0 * r->score);
       for (double x : r->needle) md += fmt::format(" {} |", pct_or_dash(x, r->n_needle));
+      md += fmt::format(" {} |", pct_or_dash(r->needle_after[1], r->n_needle));
       md += fmt::format(" {:.1f} |", r->promotions);
       for (double x : r->fullkv_turn) md += fmt::format(" {} |", pct_or_dash(x, r->n_fullkv));
       md += fmt::format(" {} | {} |\n", pct_or_dash(r->own_turn[1], r->n_own),

@@ -19,11 +19,12 @@ struct TurnSummaryRow {
   int64_t length = 0;
   std::string protocol, variant;
   double budget = 0.0;
-  int64_t n = 0;                    // lines
-  double score = 0.0;               // mean
-  int64_t n_needle = 0;             // lines whose needles were found (niah tasks)
-  double needle[4] = {0, 0, 0, 0};  // mean share of the needle tokens (over units) per tier
-  double promotions = 0.0;          // mean promotions during the turn
+  int64_t n = 0;                          // lines
+  double score = 0.0;                     // mean
+  int64_t n_needle = 0;                   // lines whose needles were found (niah tasks)
+  double needle[4] = {0, 0, 0, 0};        // mean share of the needle tokens (over units) per tier
+  double needle_after[4] = {0, 0, 0, 0};  // the same after the answer
+  double promotions = 0.0;                // mean promotions during the turn
   // FullKV's attention by the variant's tiers: the turn's prompt queries, all its queries.
   int64_t n_fullkv = 0;
   double fullkv_prompt[4] = {0, 0, 0, 0}, fullkv_turn[4] = {0, 0, 0, 0};

@@ -32,9 +32,9 @@ json line(const std::string& variant, double budget, const std::string& protocol
   return j;
 }
 
-json diagnostics(json needle_tiers, int64_t promotions) {
+json diagnostics(json needle_tiers, json needle_tiers_after, int64_t promotions) {
   return json{{"before", {{"n_past", 100}, {"needle_tiers", needle_tiers}}},
-              {"after", {{"n_past", 120}}},
+              {"after", {{"n_past", 120}, {"needle_tiers", needle_tiers_after}}},
               {"promotions", promotions}};
 }
 
@@ -42,19 +42,19 @@ std::vector<json> lines() {
   std::vector<json> rs;
   rs.push_back(line("qevict", 0.2, "", 0, 1.0));  // end: no diagnostics
   json a = line("qevict", 0.2, "after", 0, 1.0);
-  a["diagnostics"] = diagnostics(shares(0, 1, 3, 0), 4);
+  a["diagnostics"] = diagnostics(shares(0, 1, 3, 0), shares(0, 4, 0, 0), 4);
   a["diagnostics"]["fullkv_mass"] = {{"prompt", shares(0.5, 0.2, 0.2, 0.1)},
                                      {"turn", shares(0.4, 0.3, 0.2, 0.1)}};
   a["diagnostics"]["own_mass"] = {{"prompt", shares(0.6, 0.3, 0.1, 0)},
                                   {"turn", shares(0.7, 0.2, 0.1, 0)}};
   rs.push_back(a);
   json b = line("qevict", 0.2, "after", 0, 0.0);
-  b["diagnostics"] = diagnostics(shares(0, 0, 2, 2), 0);
+  b["diagnostics"] = diagnostics(shares(0, 0, 2, 2), shares(0, 0, 2, 2), 0);
   b["diagnostics"]["fullkv_mass"] = {{"prompt", shares(0.5, 0.1, 0.1, 0.3)},
                                      {"turn", shares(0.6, 0.1, 0.1, 0.2)}};
   rs.push_back(b);
   json c = line("full", 0, "multi", 2, 1.0);
-  c["diagnostics"] = diagnostics(shares(0, 0, 0, 0), 0);  // no needle found
+  c["diagnostics"] = diagnostics(shares(0, 0, 0, 0), shares(0, 0, 0, 0), 0);  // none found
   rs.push_back(c);
   return rs;
 }
@@ -75,6 +75,10 @@ TEST(TurnSummary, MeansPerProtocolTurnVariantAndBudget) {
   EXPECT_DOUBLE_EQ(a.needle[1], 0.125);
   EXPECT_DOUBLE_EQ(a.needle[2], 0.625);
   EXPECT_DOUBLE_EQ(a.needle[3], 0.25);
+  // After the answer: all in F, and (0, 0, 1/2, 1/2) again.
+  EXPECT_DOUBLE_EQ(a.needle_after[1], 0.5);
+  EXPECT_DOUBLE_EQ(a.needle_after[2], 0.25);
+  EXPECT_DOUBLE_EQ(a.needle_after[3], 0.25);
   EXPECT_DOUBLE_EQ(a.promotions, 2.0);
   EXPECT_EQ(a.n_fullkv, 2);
   const double fp[4] = {0.5, 0.15, 0.15, 0.2}, ft[4] = {0.5, 0.2, 0.15, 0.15};
@@ -96,21 +100,26 @@ TEST(TurnSummary, MeansPerProtocolTurnVariantAndBudget) {
   const std::string csv = turn_summary_csv(rows);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "length,protocol,variant,budget,n,score,n_needle,needle_L,needle_F,needle_Q,"
-            "needle_E,promotions,n_fullkv,fullkv_prompt_L,fullkv_prompt_F,fullkv_prompt_Q,"
+            "needle_E,needle_after_L,needle_after_F,needle_after_Q,needle_after_E,promotions,n_"
+            "fullkv,fullkv_prompt_L,fullkv_prompt_F,fullkv_prompt_Q,"
             "fullkv_prompt_E,fullkv_turn_L,fullkv_turn_F,fullkv_turn_Q,fullkv_turn_E,n_own,"
             "own_prompt_L,own_prompt_F,own_prompt_Q,own_prompt_E,own_turn_L,own_turn_F,"
             "own_turn_Q,own_turn_E");
-  EXPECT_NE(csv.find("\n1024,after,qevict,0.2,2,0.5000,2,0.0000,0.1250,0.6250,0.2500,2.00,2,"
-                     "0.5000,0.1500,0.1500,0.2000,0.5000,0.2000,0.1500,0.1500,1,0.6000,0.3000,"
-                     "0.1000,0.0000,0.7000,0.2000,0.1000,0.0000\n"),
-            std::string::npos)
+  EXPECT_NE(
+      csv.find(
+          "\n1024,after,qevict,0.2,2,0.5000,2,0.0000,0.1250,0.6250,0.2500,0.0000,0.5000,0.2500,"
+          "0.2500,2.00,2,"
+          "0.5000,0.1500,0.1500,0.2000,0.5000,0.2000,0.1500,0.1500,1,0.6000,0.3000,"
+          "0.1000,0.0000,0.7000,0.2000,0.1000,0.0000\n"),
+      std::string::npos)
       << csv;
   const std::string md = turn_summary_markdown(rows);
-  EXPECT_NE(md.find("| after | qevict@0.2 | 2 | 50.0 | 0.0 | 12.5 | 62.5 | 25.0 | 2.0 | 50.0 | "
-                    "20.0 | 15.0 | 15.0 | 20.0 | 10.0 |"),
-            std::string::npos)
+  EXPECT_NE(
+      md.find("| after | qevict@0.2 | 2 | 50.0 | 0.0 | 12.5 | 62.5 | 25.0 | 50.0 | 2.0 | 50.0 | "
+              "20.0 | 15.0 | 15.0 | 20.0 | 10.0 |"),
+      std::string::npos)
       << md;
-  EXPECT_NE(md.find("| multi.t2 | full | 1 | 100.0 | – | – | – | – | 0.0 | – | – | – | – | – | "
+  EXPECT_NE(md.find("| multi.t2 | full | 1 | 100.0 | – | – | – | – | – | 0.0 | – | – | – | – | – | "
                     "– |"),
             std::string::npos)
       << md;
