@@ -4,12 +4,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <sstream>
 
 #include "eval/eval_runner.h"
 #include "eval/ruler_qa.h"
+#include "kvcache/full_cache.h"
 #include "kvcache/report.h"
+#include "kvcache/tiered_cache.h"
 
 namespace qevict::eval {
 
@@ -189,6 +192,11 @@ std::vector<int64_t> needle_positions(const Tokenizer& tok, const std::vector<in
 TurnSnapshot turn_snapshot(const SequenceKvCache& c, const std::vector<int64_t>& needle_pos) {
   KvReport r;
   c.report(&r, needle_pos.empty() ? ReportDetail::kSummary : ReportDetail::kTiers);
+  return turn_snapshot(c, r, needle_pos);
+}
+
+TurnSnapshot turn_snapshot(const SequenceKvCache& c, const KvReport& r,
+                           const std::vector<int64_t>& needle_pos) {
   TurnSnapshot t;
   t.n_past = c.n_past();
   t.routing_events = r.routing_events;
@@ -222,9 +230,12 @@ nlohmann::json snapshot_json(const TurnSnapshot& t) {
 }  // namespace
 
 nlohmann::json turn_diagnostics_json(const TurnDiagnostics& d) {
-  return {{"before", snapshot_json(d.before)},
-          {"after", snapshot_json(d.after)},
-          {"promotions", d.after.promotions - d.before.promotions}};
+  nlohmann::json j{{"before", snapshot_json(d.before)},
+                   {"after", snapshot_json(d.after)},
+                   {"promotions", d.after.promotions - d.before.promotions}};
+  if (d.fullkv_mass) j["fullkv_mass"] = turn_mass_json(*d.fullkv_mass);
+  if (d.own_mass) j["own_mass"] = turn_mass_json(*d.own_mass);
+  return j;
 }
 
 void add_turn_stats(const GenerationStats& add, GenerationStats* st) {
@@ -240,6 +251,69 @@ void add_turn_stats(const GenerationStats& add, GenerationStats* st) {
   st->peak_prompt_bytes = std::max(st->peak_prompt_bytes, add.peak_prompt_bytes);
 }
 
+namespace {
+
+// The attention observers of one answered turn (turn_mass.h), set on the caches for the turn
+// and taken off when it ends (or fails).
+struct TurnObservers {
+  std::unique_ptr<FullKvTurnMass> fullkv;
+  std::vector<std::unique_ptr<OwnTurnMass>> own;  // [request]
+  FullKvCache* full = nullptr;
+  std::vector<TieredKvCache*> tiered;
+  TurnObservers() = default;
+  TurnObservers(const TurnObservers&) = delete;
+  TurnObservers& operator=(const TurnObservers&) = delete;
+  ~TurnObservers() { detach(); }
+  void detach() {
+    if (full) full->set_attention_observer(nullptr);
+    for (TieredKvCache* c : tiered) c->set_tier_mass_observer(nullptr);
+    full = nullptr;
+    tiered.clear();
+  }
+};
+
+// Snapshots every request's cache when the question arrives (r.prompt set) into `answers`,
+// and sets the observers of the turn's attention by tier on the caches. FullKV's mass is
+// split over the text's positions (turn 1, n_text tokens: the only positions every cache
+// shares; later ones — earlier questions, answers and the turn itself — count as local).
+void begin_answered_turn(const KvShape& shape, std::vector<GenerationRequest>& reqs,
+                         const std::vector<int64_t>& needles, int64_t n_text,
+                         std::vector<TurnAnswer>& answers, TurnObservers* obs) {
+  FullKvCache* full = nullptr;
+  int64_t full_prompt_end = 0;
+  for (GenerationRequest& r : reqs)
+    if ((full = dynamic_cast<FullKvCache*>(r.cache))) {
+      full_prompt_end = r.cache->n_past() + int64_t(r.prompt.size());
+      break;
+    }
+  std::vector<std::vector<std::vector<Tier>>> tiers;  // [request][unit], the text's positions
+  obs->own.resize(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SequenceKvCache& c = *reqs[i].cache;
+    KvReport rep;
+    c.report(&rep, ReportDetail::kTiers);
+    answers[i].diag.before = turn_snapshot(c, rep, needles);
+    if (full) {
+      for (auto& unit : rep.position_tiers)
+        if (int64_t(unit.size()) > n_text) unit.resize(size_t(n_text));
+      tiers.push_back(std::move(rep.position_tiers));
+    }
+    if (auto* tc = dynamic_cast<TieredKvCache*>(&c)) {
+      obs->own[i] = std::make_unique<OwnTurnMass>(c.n_past() + int64_t(reqs[i].prompt.size()));
+      tc->set_tier_mass_observer(obs->own[i].get());
+      obs->tiered.push_back(tc);
+    }
+  }
+  if (full) {
+    obs->fullkv = std::make_unique<FullKvTurnMass>(shape.n_layers, shape.n_kv_heads,
+                                                   full_prompt_end, std::move(tiers));
+    full->set_attention_observer(obs->fullkv.get());
+    obs->full = full;
+  }
+}
+
+}  // namespace
+
 Status run_protocol_turns(Model& model, ThreadPool& pool, const Tokenizer& tok,
                           const ProtocolPrompt& pp, const RulerSample& s, int max_new_tokens,
                           std::vector<GenerationRequest>& reqs, const GenerateOptions& go,
@@ -250,11 +324,11 @@ Status run_protocol_turns(Model& model, ThreadPool& pool, const Tokenizer& tok,
   size_t a = 0;  // the next answered turn
   for (size_t t = 0; t < n_turns; ++t) {
     const bool answered = pp.is_answered(t);
+    const bool diag = answered && n_turns > 1;
     const std::vector<std::string>& values =
         a < pp.expected.size() && !pp.expected[a].empty() ? pp.expected[a] : s.expected;
-    const std::vector<int64_t> needles = n_turns > 1 && answered && niah
-                                             ? needle_positions(tok, pp.turns[0], values)
-                                             : std::vector<int64_t>();
+    const std::vector<int64_t> needles =
+        diag && niah ? needle_positions(tok, pp.turns[0], values) : std::vector<int64_t>();
     for (size_t i = 0; i < reqs.size(); ++i) {
       GenerationRequest& r = reqs[i];
       if (t > 0) {
@@ -266,17 +340,24 @@ Status run_protocol_turns(Model& model, ThreadPool& pool, const Tokenizer& tok,
         r.share_prefill_of = -1;
       }
       r.n_predict = answered ? max_new_tokens : 0;
-      if (answered && n_turns > 1) (*answers)[a][i].diag.before = turn_snapshot(*r.cache, needles);
     }
+    TurnObservers obs;
+    if (diag)
+      begin_answered_turn(model.kv_shape(), reqs, needles, int64_t(pp.turns[0].size()),
+                          (*answers)[a], &obs);
     GenerationStats turn_st;
     QEVICT_RETURN_IF_ERROR(generate(model, pool, reqs, go, nullptr, t == 0 ? st : &turn_st));
     if (t > 0) add_turn_stats(turn_st, st);
+    obs.detach();  // before the snapshots: FullKV's bytes held without the observer's buffers
     if (!answered) continue;
     for (size_t i = 0; i < reqs.size(); ++i) {
       TurnAnswer& ans = (*answers)[a][i];
       ans.output = reqs[i].output;
       ans.hit_stop = reqs[i].hit_stop;
-      if (n_turns > 1) ans.diag.after = turn_snapshot(*reqs[i].cache, needles);
+      if (!diag) continue;
+      ans.diag.after = turn_snapshot(*reqs[i].cache, needles);
+      if (obs.fullkv) ans.diag.fullkv_mass = obs.fullkv->result(i);
+      if (obs.own[i]) ans.diag.own_mass = obs.own[i]->result();
     }
     ++a;
   }

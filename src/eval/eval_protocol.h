@@ -10,13 +10,16 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/generator.h"
 #include "eval/ruler_tasks.h"
+#include "eval/turn_mass.h"
 #include "kvcache/kv_cache.h"
+#include "kvcache/report.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qevict::eval {
@@ -80,6 +83,11 @@ struct TurnSnapshot {
 struct TurnDiagnostics {
   TurnSnapshot before;  // when the question arrives (turn 1 ended and compressed)
   TurnSnapshot after;   // after the answer
+  // The turn's attention by tier (turn_mass.h): FullKV's (the first FullKV cache of the
+  // batch) over the text's positions (turn 1) split by this cache's tiers in `before`, later
+  // positions as local; and a tiered cache's own. None without a FullKV cache in the batch
+  // (a resumed cell whose FullKV line is done) or a tier map / a tiered cache.
+  std::optional<TurnMass> fullkv_mass, own_mass;
 };
 
 // One answered turn of one request.
@@ -94,7 +102,11 @@ struct TurnAnswer {
 std::vector<int64_t> needle_positions(const Tokenizer& tok, const std::vector<int32_t>& ids,
                                       const std::vector<std::string>& values);
 TurnSnapshot turn_snapshot(const SequenceKvCache& c, const std::vector<int64_t>& needle_pos);
-// {"before": ..., "after": ..., "promotions": after - before}.
+// The same from a report of c taken with ReportDetail::kTiers.
+TurnSnapshot turn_snapshot(const SequenceKvCache& c, const KvReport& r,
+                           const std::vector<int64_t>& needle_pos);
+// {"before": ..., "after": ..., "promotions": after - before, and "fullkv_mass", "own_mass"
+// (turn_mass_json) when known}.
 nlohmann::json turn_diagnostics_json(const TurnDiagnostics& d);
 // st += add (a later turn's generate() call).
 void add_turn_stats(const GenerationStats& add, GenerationStats* st);
@@ -102,7 +114,8 @@ void add_turn_stats(const GenerationStats& add, GenerationStats* st);
 // Runs the turns of pp on the requests (each with its cache, sampling and stop tokens set;
 // share_prefill_of set for the first turn, whose prefill the grid shares): the first turn as
 // given, later turns each cache's own. answers[a][i]: answered turn a of request i, with its
-// diagnostics (needle tiers from the first turn's tokens) when pp has more than one turn.
+// diagnostics (needle tiers from the first turn's tokens, attention mass by tier) when pp has
+// more than one turn.
 Status run_protocol_turns(Model& model, ThreadPool& pool, const Tokenizer& tok,
                           const ProtocolPrompt& pp, const RulerSample& s, int max_new_tokens,
                           std::vector<GenerationRequest>& reqs, const GenerateOptions& go,

@@ -14,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "eval/ruler_resources.h"
 #include "eval/ruler_tasks.h"
+#include "eval/turn_summary.h"
 
 namespace qevict::eval {
 
@@ -242,13 +243,16 @@ Expected<std::string> write_eval_summary(const std::string& out_dir) {
   if (!res) return res.status();
   const auto rows = summarize(*res);
   std::string md = summary_markdown(rows);
+  // Multi-turn protocols: their per-turn diagnostics (turn_summary.h).
+  const auto turns = summarize_turns(*res);
+  md += turn_summary_markdown(turns);
   if (n_bad > 0)
     md += fmt::format("\n{} line(s) of results.jsonl did not parse and were left out.\n", n_bad);
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"summary.csv", summary_csv(rows)},
-        {"summary.md", md}}) {
+  std::vector<std::pair<std::string, std::string>> files{{"summary.csv", summary_csv(rows)},
+                                                         {"summary.md", md}};
+  if (!turns.empty()) files.emplace_back("turns.csv", turn_summary_csv(turns));
+  for (const auto& [name, text] : files)
     QEVICT_RETURN_IF_ERROR(write_file_atomic(out_dir + "/" + name, text));
-  }
   return md;
 }
 

@@ -44,8 +44,9 @@ std::string summary_csv(const std::vector<SummaryRow>& rows);
 std::string summary_markdown(const std::vector<SummaryRow>& rows);
 
 // Reads DIR/results.jsonl (or, when absent, the committed DIR/results.jsonl.gz) and writes
-// DIR/summary.csv and DIR/summary.md; returns the markdown. Neither file: an error, and the
-// summaries already there are left alone.
+// DIR/summary.csv and DIR/summary.md (and, when lines carry per-turn diagnostics, DIR/turns.csv
+// and a section of summary.md: turn_summary.h); returns the markdown. Neither file: an error, and
+// the summaries already there are left alone.
 Expected<std::string> write_eval_summary(const std::string& out_dir);
 
 }  // namespace qevict::eval

@@ -84,6 +84,16 @@ void FullKvCache::attend(int layer, const float* q, const float* k, const float*
   }
 }
 
+void FullKvCache::set_attention_observer(AttentionObserver* observer) {
+  observer_ = observer;
+  if (observer) return;
+  std::vector<double>().swap(mass_);
+  std::vector<float>().swap(probs_);
+  // The attention scratch grew for every position's mass: a plain call regrows its own.
+  attn_.trim();
+  std::vector<int64_t>().swap(attn_.unit_off);
+}
+
 Status FullKvCache::commit() {
   if (n_new_ > 1) attn_.trim();  // a chunk's attention scratch is far larger than decode's
   n_past_ += n_new_;

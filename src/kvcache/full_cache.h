@@ -51,9 +51,10 @@ class FullKvCache final : public SequenceKvCache {
   size_t bytes_held() const override;
   std::string describe() const override;
   void report(KvReport* out, ReportDetail detail) const override;
-  // Reports every attend() call's attention probabilities to `observer` (nullptr: stop).
+  // Reports every attend() call's attention probabilities to `observer` (nullptr: stop, and
+  // give back the buffers the reports used, so bytes_held() is a plain cache's again).
   // The probabilities are the masses of one-token blocks in the same attention pass.
-  void set_attention_observer(AttentionObserver* observer) { observer_ = observer; }
+  void set_attention_observer(AttentionObserver* observer);
 
  private:
   // One page: K and V of kPageTokens tokens for every KV head of one layer,

@@ -46,10 +46,21 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   mass_.assign(size_t(nb), 0.0);
   attend_shared_blocks(fp, H, q, shape_.q_width(), n_new_, n_past_, blocks_.data(), nb, out,
                        mass_.data(), MassLayout::kSumOverHeads, attn_, pool);
+  if (tier_mass_) report_tier_mass(layer);
   if (observing()) return observe(layer, q, pool);
   // S̄(w) += (1/H_q) Σ_h Σ_τ Σ_{i∈w} a_τ^h(i): masses were summed over heads and tokens.
   const double inv_hq = 1.0 / shape_.n_q_heads;
   store_.add_scores(layer, block_window_.data(), mass_.data(), nb, inv_hq);
+}
+
+void TieredKvCache::report_tier_mass(int layer) const {
+  double by_tier[4] = {0.0, 0.0, 0.0, 0.0};
+  for (size_t b = 0; b < block_window_.size(); ++b) {
+    const int32_t id = block_window_[b];
+    const Tier t = id < 0 ? Tier::kLocal : store_.window(layer, id).tier;
+    by_tier[int(t)] += mass_[b] / shape_.n_q_heads;
+  }
+  tier_mass_->on_tier_mass(layer, n_past_ + n_new_, by_tier);
 }
 
 void TieredKvCache::append_prompt(int layer, const float* q, const float* k, const float* v,

@@ -52,6 +52,16 @@
 
 namespace qevict {
 
+// Receives the attention of each TieredKvCache::attend() call by tier (diagnostics): mass[t]
+// for t a Tier, the probability the call's query tokens put on the sink and local windows
+// (kLocal), F and Q windows, summed over the tokens and averaged over the query heads (the
+// four sum to the call's number of query tokens; kEvicted is 0). n_keys = n_past + n_new.
+class TierMassObserver {
+ public:
+  virtual ~TierMassObserver() = default;
+  virtual void on_tier_mass(int layer, int64_t n_keys, const double* mass) = 0;
+};
+
 class TieredKvCache final : public SequenceKvCache {
  public:
   // Use make_kv_cache() (factory.h), which validates; this constructor assumes valid input
@@ -93,8 +103,12 @@ class TieredKvCache final : public SequenceKvCache {
   size_t bytes_held() const override;
   std::string describe() const override;
   void report(KvReport* out, ReportDetail detail) const override;
+  // Reports every attend() call's mass by tier to `observer` (nullptr: stop).
+  void set_tier_mass_observer(TierMassObserver* observer) { tier_mass_ = observer; }
 
  private:
+  // The call's block masses (mass_, summed over heads) by the tier of their window.
+  void report_tier_mass(int layer) const;
   friend class TieredKvCacheTestPeer;  // tests/kvcache: drives the store directly
   // Frees the attention and routing scratch a prefill chunk grew (decode regrows its own).
   void trim_scratch();
@@ -148,6 +162,7 @@ class TieredKvCache final : public SequenceKvCache {
   std::vector<int32_t> block_window_;  // window id of each block (-1: sink)
   std::vector<double> mass_;
   BlockAttnScratch attn_;
+  TierMassObserver* tier_mass_ = nullptr;
 };
 
 }  // namespace qevict

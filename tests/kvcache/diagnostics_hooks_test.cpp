@@ -255,6 +255,121 @@ TEST(PositionTiers, TieredCacheReportsSinkWindowTiersAndLocal) {
   EXPECT_EQ(events, 2 + 1 + 13);  // two chunks; 5 decode steps → 1 event; 40 → 13 events
 }
 
+class TierMassRecorder final : public TierMassObserver {
+ public:
+  struct Call {
+    int layer;
+    int64_t n_keys;
+    double mass[4];
+  };
+  void on_tier_mass(int layer, int64_t n_keys, const double* mass) override {
+    calls.push_back({layer, n_keys, {mass[0], mass[1], mass[2], mass[3]}});
+  }
+  std::vector<Call> calls;
+};
+
+// Brute force in double of a tiered cache's attention by tier for one call: the causal keys
+// [0, p0 + t] of query token t that the cache holds (positions before the call: not evicted
+// in `tiers`, the map before the call; the call's own: local), softmax per query head, summed
+// per tier over the tokens and averaged over the query heads.
+std::vector<double> brute_tier_mass(const KvShape& s, const std::vector<float>& keys,
+                                    const std::vector<float>& q, int64_t p0, int64_t n_new,
+                                    const std::vector<Tier>& tiers) {
+  const int d = s.head_dim, g = s.group(), kvw = s.kv_width(), qw = s.q_width();
+  const double scale = 1.0 / std::sqrt(double(d));
+  std::vector<double> out(4, 0.0);
+  for (int h = 0; h < s.n_kv_heads; ++h)
+    for (int j = 0; j < g; ++j)
+      for (int64_t t = 0; t < n_new; ++t) {
+        const float* qh = q.data() + t * qw + (h * g + j) * d;
+        std::vector<std::pair<double, Tier>> sc;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t i = 0; i <= p0 + t; ++i) {
+          const Tier tier = i < p0 ? tiers[size_t(i)] : Tier::kLocal;
+          if (tier == Tier::kEvicted) continue;
+          double dot = 0.0;
+          for (int x = 0; x < d; ++x) dot += double(qh[x]) * keys[size_t(i) * kvw + h * d + x];
+          sc.push_back({dot * scale, tier});
+          m = std::max(m, dot * scale);
+        }
+        double l = 0.0;
+        for (const auto& e : sc) l += std::exp(e.first - m);
+        for (const auto& e : sc) out[int(e.second)] += std::exp(e.first - m) / l / s.n_q_heads;
+      }
+  return out;
+}
+
+// The tiered cache's own attention by tier (TierMassObserver): with F and E only (q = 0) it
+// is the exact attention over the windows it holds, split by the tiers of the report before
+// the call; with a low-bit tier every call's masses sum to its queries, none on E, and Q
+// windows get mass exactly when the layer holds some.
+TEST(TierMassObserver, TieredCacheReportsEachCallsMassByTier) {
+  for (const double q_share : {0.0, 0.5}) {
+    SCOPED_TRACE(q_share);
+    const KvShape shape = gqa_shape();
+    KvCacheParams p;
+    p.policy = "qevict";
+    p.sink = 3;
+    p.window = 4;
+    p.local = 8;
+    p.q = q_share;
+    p.route_every = 3;
+    p.budget_bytes = 2560 + 2176;  // as PositionTiers: K_f = 4 (q = 0) or 2, with K_q ≥ 1
+    auto c = TieredKvCacheTestPeer::make(shape, 400, p);
+    ASSERT_NE(c, nullptr);
+    TierMassRecorder rec;
+    c->set_tier_mass_observer(&rec);
+    Driver d;
+    ThreadPool pool(2);
+    std::vector<int64_t> calls = {61};
+    for (int i = 0; i < 5; ++i) calls.push_back(1);
+    calls.push_back(7);
+    for (int i = 0; i < 40; ++i) calls.push_back(1);
+    double worst = 0.0;
+    bool saw_q = false, saw_e = false;
+    for (int64_t n_new : calls) {
+      const int64_t p0 = c->n_past();
+      const KvReport before = report_of(*c, ReportDetail::kTiers);
+      const size_t first = rec.calls.size();
+      d.step(*c, n_new, pool);
+      ASSERT_EQ(rec.calls.size(), first + shape.n_layers) << "one report per attend()";
+      for (int l = 0; l < shape.n_layers; ++l) {
+        const TierMassRecorder::Call& call = rec.calls[first + size_t(l)];
+        EXPECT_EQ(call.layer, l);
+        ASSERT_EQ(call.n_keys, p0 + n_new);
+        const std::vector<Tier>& tiers = before.position_tiers[size_t(l)];
+        const bool holds_q = std::count(tiers.begin(), tiers.end(), Tier::kQuant) > 0;
+        saw_q |= holds_q;
+        saw_e |= std::count(tiers.begin(), tiers.end(), Tier::kEvicted) > 0;
+        EXPECT_EQ(call.mass[int(Tier::kEvicted)], 0.0);
+        EXPECT_EQ(call.mass[int(Tier::kQuant)] > 0.0, holds_q) << "n_past " << p0 << " layer " << l;
+        EXPECT_NEAR(call.mass[0] + call.mass[1] + call.mass[2] + call.mass[3], double(n_new),
+                    1e-4 * double(n_new));
+        if (q_share > 0.0) continue;
+        const std::vector<double> want =
+            brute_tier_mass(shape, d.keys[size_t(l)], d.queries[size_t(l)], p0, n_new, tiers);
+        for (int t = 0; t < 4; ++t) {
+          const double err = std::fabs(call.mass[t] - want[size_t(t)]);
+          worst = std::max(worst, err / double(n_new));
+          ASSERT_LE(err, 1e-4 * double(n_new))
+              << "tier " << tier_char(Tier(t)) << " n_past " << p0 << " n_new " << n_new
+              << " layer " << l << ": got " << call.mass[t] << " want " << want[size_t(t)];
+        }
+      }
+    }
+    EXPECT_EQ(saw_q, q_share > 0.0);
+    EXPECT_TRUE(saw_e);
+    if (q_share == 0.0) {
+      EXPECT_GT(worst, 0.0) << "the brute force ran";
+    }
+    // nullptr stops the reports.
+    c->set_tier_mass_observer(nullptr);
+    const size_t n = rec.calls.size();
+    d.step(*c, 1, pool);
+    EXPECT_EQ(rec.calls.size(), n);
+  }
+}
+
 TEST(PositionTiers, DefaultsDescribeACacheThatKeepsEverything) {
   Driver d;
   ThreadPool pool(2);
