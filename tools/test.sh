@@ -42,11 +42,12 @@ cmake --build build-asan -j"$jobs" --target qevict_unit_tests >/dev/null
 phase "sanitizer build done"
 # The randomized cache tests run fewer sequences (and a shorter long run) under the
 # sanitizers (25x slower there); the Release pass above runs the full 10,000 per policy and
-# 20,000 positions. TieredBytesHeld (16K positions through the tiered cache, 72 s here) runs
-# in the Release pass only: the random-ops and long-run tests cover the same code under ASan.
+# 20,000 positions. TieredBytesHeld (16K positions through the tiered cache, 72 s here) and
+# StagedRoute's long prompt (46 s here) run in the Release pass only: the random-ops,
+# long-run and short staged tests cover the same code under ASan.
 QEVICT_RANDOM_SEQUENCES=100 QEVICT_LONG_RUN_POSITIONS=3000 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE e2e -E '^TieredBytesHeld\.'
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE e2e -E '^(TieredBytesHeld\.|StagedRoute\.LongPrompt)'
 
 echo "== fuzzing: each libFuzzer target 5 s under ASan+UBSan (long runs: ROBUSTNESS.md) =="
 bash tools/fuzz.sh 5

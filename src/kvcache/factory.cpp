@@ -85,20 +85,24 @@ Expected<size_t> kind_max_bytes(const PolicyInfo& row, const KvShape& shape, int
   }
   const size_t budget = b->total * size_t(shape.n_layers);
   size_t peak = budget + size_t(prefill_chunk) * token;
+  // A deferred prompt (end, staged) also keeps the observation window's query rows (every
+  // layer + one) until the prompt's end: counted, not left to the 5 % margin.
+  const size_t window = p.defers_prompt()
+                            ? size_t(shape.n_layers + 1) * size_t(std::max(p.prefill_window, 0)) *
+                                  size_t(shape.q_width()) * sizeof(float)
+                            : 0;
   if (resumed > 0 && p.defers_prompt()) {
     // A resumed conversation: its earlier turns are routed within the budget; the new turn is
     // held (end: in full precision; staged: at most that) until it ends, when routing brings
-    // everything back within the budget. Meanwhile the observation window refills (its query
-    // rows, every layer + one) and a call's scratch is at most a chunk of tokens.
+    // everything back within the budget. Meanwhile a call's scratch is at most a chunk of
+    // tokens.
     const size_t fresh = size_t(prompt_len - std::min(resumed, prompt_len));
-    const size_t window = size_t(shape.n_layers + 1) * size_t(std::max(p.prefill_window, 0)) *
-                          size_t(shape.q_width()) * sizeof(float);
     return with_margin(budget + (fresh + size_t(prefill_chunk)) * token + window);
   }
-  if (p.holds_prompt()) peak = std::max(peak, size_t(prompt_len) * token);
+  if (p.holds_prompt()) peak = std::max(peak, size_t(prompt_len) * token + window);
   if (p.prefill_route == PrefillRoute::kStaged)
-    peak =
-        std::max(peak, b->staged_prompt_bytes(prompt_len, prefill_chunk) * size_t(shape.n_layers));
+    peak = std::max(
+        peak, b->staged_prompt_bytes(prompt_len, prefill_chunk) * size_t(shape.n_layers) + window);
   return with_margin(peak);
 }
 
