@@ -74,10 +74,8 @@ std::pair<double, double> bootstrap(const std::vector<std::vector<double>>& grou
   return percentiles(std::move(stats));
 }
 
-std::string pct(double x) { return fmt::format("{:.1f}", 100.0 * x); }
-
 std::string column_name(const std::string& variant, double budget, const std::string& protocol) {
-  const std::string c = budget > 0 ? fmt::format("{}@{:g}", variant, budget) : variant;
+  const std::string c = variant_label(variant, budget);
   return protocol == "end" ? c : c + " [" + protocol + "]";
 }
 
@@ -90,6 +88,17 @@ std::string result_protocol_label(const json& j) {
     return fmt::format("{}.t{}", p, j["turn"].get<int64_t>());
   return p;
 }
+
+ResultKey result_key(const json& j) {
+  return {j["length"].get<int64_t>(), result_protocol_label(j), j["variant"].get<std::string>(),
+          j["budget"].get<double>()};
+}
+
+std::string variant_label(const std::string& variant, double budget) {
+  return budget > 0 ? fmt::format("{}@{:g}", variant, budget) : variant;
+}
+
+std::string percent_text(double share) { return fmt::format("{:.1f}", 100.0 * share); }
 
 Expected<std::vector<json>> read_eval_results(const std::string& path, int64_t* n_bad) {
   std::vector<json> out;
@@ -112,12 +121,9 @@ Expected<std::vector<json>> read_eval_results(const std::string& path, int64_t* 
 
 std::vector<SummaryRow> summarize(const std::vector<json>& results) {
   // (length, protocol, variant, budget) -> task -> scores
-  using Col = std::tuple<int64_t, std::string, std::string, double>;
-  std::map<Col, std::map<std::string, std::vector<double>>> by;
+  std::map<ResultKey, std::map<std::string, std::vector<double>>> by;
   for (const auto& j : results) {
-    const std::string protocol = result_protocol_label(j);
-    auto& tasks = by[{j["length"].get<int64_t>(), protocol, j["variant"].get<std::string>(),
-                      j["budget"].get<double>()}];
+    auto& tasks = by[result_key(j)];
     const std::string task = j["task"].get<std::string>();
     tasks[task].push_back(j["score"].get<double>());
     // doc_qa's reference score (longdoc_tasks.h) as a task of its own, from the lines that
@@ -196,9 +202,7 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows) {
       "entry in the excerpt (keyword recall: the share of the content words of a sense's first "
       "sentence, or of a note before it such as an acronym's expansion, found in the answer; "
       "the best over the entry's candidates).\n";
-  std::map<int64_t, std::vector<const SummaryRow*>> by_len;
-  for (const auto& r : rows) by_len[r.length].push_back(&r);
-  for (const auto& [length, lr] : by_len) {
+  for (const auto& [length, lr] : rows_by_length(rows)) {
     std::vector<std::string> cols, tasks;
     std::map<std::pair<std::string, std::string>, const SummaryRow*> cell;
     for (const SummaryRow* r : lr) {
@@ -221,7 +225,8 @@ std::string summary_markdown(const std::vector<SummaryRow>& rows) {
           continue;
         }
         const SummaryRow& r = *it->second;
-        md += fmt::format(" {} [{}, {}] {} |", pct(r.mean), pct(r.lo), pct(r.hi), r.n);
+        md += fmt::format(" {} [{}, {}] {} |", percent_text(r.mean), percent_text(r.lo),
+                          percent_text(r.hi), r.n);
       }
       md += "\n";
     }

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/status.h"
@@ -21,6 +23,25 @@ Expected<std::vector<nlohmann::json>> read_eval_results(const std::string& path,
 // The protocol of a result line as cell keys and summary rows name it: "end" for lines
 // without one, "multi.tK" for turn K of multi, else the line's protocol.
 std::string result_protocol_label(const nlohmann::json& j);
+
+// The cell a result line counts in — (length, protocol label, variant, budget) — as both
+// summarize() and summarize_turns() (turn_summary.h) group lines; std::map order is their rows'.
+using ResultKey = std::tuple<int64_t, std::string, std::string, double>;
+ResultKey result_key(const nlohmann::json& j);
+
+// Helpers of the summary tables (here and turn_summary.cpp). A variant's name as a label:
+// "variant@budget", or the name alone without a budget (FullKV).
+std::string variant_label(const std::string& variant, double budget);
+// A share in [0, 1] as percent with one decimal ("42.5").
+std::string percent_text(double share);
+// Rows (anything with an int64_t `length`) by length, ascending, each group in the rows' order:
+// summary.md has one table per length.
+template <class Row>
+std::map<int64_t, std::vector<const Row*>> rows_by_length(const std::vector<Row>& rows) {
+  std::map<int64_t, std::vector<const Row*>> by_len;
+  for (const Row& r : rows) by_len[r.length].push_back(&r);
+  return by_len;
+}
 
 struct SummaryRow {
   std::string task;  // "macro" for the mean over tasks

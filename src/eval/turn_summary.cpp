@@ -42,20 +42,16 @@ void divide(double x[4], int64_t n) {
     for (int k = 0; k < 4; ++k) x[k] /= double(n);
 }
 
-std::string pct_or_dash(double x, int64_t n) {
-  return n > 0 ? fmt::format("{:.1f}", 100.0 * x) : "–";
-}
+std::string pct_or_dash(double x, int64_t n) { return n > 0 ? percent_text(x) : "–"; }
 
 }  // namespace
 
 std::vector<TurnSummaryRow> summarize_turns(const std::vector<json>& results) {
-  using Key = std::tuple<int64_t, std::string, std::string, double>;
-  std::map<Key, TurnSummaryRow> by;
+  std::map<ResultKey, TurnSummaryRow> by;
   for (const auto& j : results) {
     if (!j.contains("diagnostics") || !j["diagnostics"].is_object()) continue;
     const json& d = j["diagnostics"];
-    const Key key{j["length"].get<int64_t>(), result_protocol_label(j),
-                  j["variant"].get<std::string>(), j["budget"].get<double>()};
+    const ResultKey key = result_key(j);
     TurnSummaryRow& r = by[key];
     std::tie(r.length, r.protocol, r.variant, r.budget) = key;
     ++r.n;
@@ -133,18 +129,15 @@ std::string turn_summary_markdown(const std::vector<TurnSummaryRow>& rows) {
       "position after the text); own F/Q: the cache's own attention during the turn on its F "
       "and Q windows (tiered caches; the rest is L). Full per-column figures, the question's "
       "queries alone included: turns.csv.\n";
-  std::map<int64_t, std::vector<const TurnSummaryRow*>> by_len;
-  for (const auto& r : rows) by_len[r.length].push_back(&r);
-  for (const auto& [length, lr] : by_len) {
+  for (const auto& [length, lr] : rows_by_length(rows)) {
     md += fmt::format(
         "\n### {} tokens\n\n| protocol | variant | n | score | needle L | F | Q | E | F after | "
         "promo | FullKV mass L | F | Q | E | own F | own Q |\n|---|---|---|---|---|---|---|---|"
         "---|---|---|---|---|---|---|---|\n",
         length);
     for (const TurnSummaryRow* r : lr) {
-      const std::string v =
-          r->budget > 0 ? fmt::format("{}@{:g}", r->variant, r->budget) : r->variant;
-      md += fmt::format("| {} | {} | {} | {:.1f} |", r->protocol, v, r->n, 100.0 * r->score);
+      md += fmt::format("| {} | {} | {} | {} |", r->protocol, variant_label(r->variant, r->budget),
+                        r->n, percent_text(r->score));
       for (double x : r->needle) md += fmt::format(" {} |", pct_or_dash(x, r->n_needle));
       md += fmt::format(" {} |", pct_or_dash(r->needle_after[1], r->n_needle));
       md += fmt::format(" {:.1f} |", r->promotions);
