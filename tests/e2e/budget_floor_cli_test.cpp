@@ -3,47 +3,24 @@
 // the smallest valid budget (and --kv-stats says so) instead of refused; --kv-budget-bytes
 // stays exact and is refused with a clear message.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
+#include "e2e/e2e_process.h"
 #include "kvcache/registry.h"
 
 namespace qevict {
 namespace {
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-class CliBudgetFloor : public ::testing::Test {
+class CliBudgetFloor : public CliTest {
  protected:
-  void SetUp() override {
-    const char* m = std::getenv("QEVICT_TEST_MODEL");
-    if (!m || !*m) GTEST_SKIP() << "QEVICT_TEST_MODEL is not set";
-    model_ = m;
-    err_ = std::filesystem::temp_directory_path() /
-           ("qevict_cli_budget_floor_" + std::to_string(::getpid()) + ".err");
-  }
-  void TearDown() override {
-    if (!err_.empty()) std::filesystem::remove(err_);
-  }
   // generate's exit status; its stderr in stderr_.
   int generate(const std::string& kv) {
-    const std::string cmd = std::string(QEVICT_CLI) + " generate -m " + model_ +
-                            " -t 2 -p Hi -n 8 --temp 0 --kv-stats " + kv + " >/dev/null 2>" +
-                            err_.string();
-    const int rc = std::system(cmd.c_str());
-    stderr_ = slurp(err_);
-    return rc;
+    const CliRun r = run("generate -t 2 -p Hi -n 8 --temp 0 --kv-stats " + kv);
+    stderr_ = r.err;
+    return r.rc;
   }
-  std::string model_, stderr_;
-  std::filesystem::path err_;
+  std::string stderr_;
 };
 
 TEST_F(CliBudgetFloor, GenerateWithAShortPromptRunsForEveryBudgetedPolicy) {

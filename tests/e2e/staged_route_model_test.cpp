@@ -5,18 +5,15 @@
 // for one layer) and below both FullKV's bytes for the same prompt and the end run's peak
 // (the whole prompt in f16 plus scratch).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "common/staged_bound.h"
+#include "e2e/e2e_process.h"
 #include "kvcache/budget.h"
 #include "kvcache/options.h"
 #include "kvcache/params.h"
@@ -26,47 +23,29 @@
 namespace qevict {
 namespace {
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-struct CliRun {
-  int rc = -1;
+// A generate run and the figures --kv-stats printed (0 when absent).
+struct StagedRun : CliRun {
   int64_t prompt_tokens = 0;
   double peak_mib = 0.0;
-  std::string err;
 };
 
-class StagedRouteCli : public ::testing::Test {
+class StagedRouteCli : public CliTest {
  protected:
   void SetUp() override {
-    const char* m = std::getenv("QEVICT_TEST_MODEL");
-    if (!m || !*m) GTEST_SKIP() << "QEVICT_TEST_MODEL is not set";
-    model_ = m;
-    const std::string tag = std::to_string(::getpid());
-    dir_ = std::filesystem::temp_directory_path();
-    prompt_ = dir_ / ("qevict_staged_prompt_" + tag + ".txt");
-    err_ = dir_ / ("qevict_staged_" + tag + ".err");
+    CliTest::SetUp();
+    if (IsSkipped()) return;
     // ~2K tokens of dictionary words (every 37th, wrapping), the same on every run.
     std::ifstream words("/usr/share/dict/words");
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);
     if (w.empty()) GTEST_SKIP() << "no /usr/share/dict/words";
-    std::ofstream out(prompt_);
+    std::ofstream out(path("prompt.txt"));
     for (size_t i = 0; i < 850; ++i) out << w[(i * 37) % w.size()] << ' ';
   }
-  void TearDown() override {
-    if (!prompt_.empty()) std::filesystem::remove(prompt_);
-    if (!err_.empty()) std::filesystem::remove(err_);
-  }
-  CliRun generate(const std::string& kv) {
-    const std::string cmd = std::string(QEVICT_CLI) + " generate -m " + model_ + " -t 2 -f " +
-                            prompt_.string() + " -n " + std::to_string(kPredict) +
-                            " --temp 0 --kv-stats " + kv + " >/dev/null 2>" + err_.string();
-    CliRun r;
-    r.rc = std::system(cmd.c_str());
-    r.err = slurp(err_);
+  StagedRun generate(const std::string& kv) {
+    StagedRun r;
+    static_cast<CliRun&>(r) = run("generate -t 2 -f " + path("prompt.txt") + " -n " +
+                                  std::to_string(kPredict) + " --temp 0 --kv-stats " + kv);
     std::smatch m;
     if (std::regex_search(r.err, m, std::regex("prompt: (\\d+) tokens")))
       r.prompt_tokens = std::stoll(m[1]);
@@ -75,16 +54,14 @@ class StagedRouteCli : public ::testing::Test {
     return r;
   }
   static constexpr int kPredict = 4;
-  std::string model_;
-  std::filesystem::path dir_, prompt_, err_;
 };
 
 TEST_F(StagedRouteCli, PeakBelowTheBoundFullKvAndEnd) {
-  const CliRun staged = generate("--kv-policy qevict --kv-budget 0.2 --prefill-route staged");
+  const StagedRun staged = generate("--kv-policy qevict --kv-budget 0.2 --prefill-route staged");
   ASSERT_EQ(staged.rc, 0) << staged.err;
-  const CliRun end = generate("--kv-policy qevict --kv-budget 0.2 --prefill-route end");
+  const StagedRun end = generate("--kv-policy qevict --kv-budget 0.2 --prefill-route end");
   ASSERT_EQ(end.rc, 0) << end.err;
-  const CliRun full = generate("--kv-policy full");
+  const StagedRun full = generate("--kv-policy full");
   ASSERT_EQ(full.rc, 0) << full.err;
   ASSERT_GT(staged.prompt_tokens, 1500) << staged.err;
   ASSERT_LT(staged.prompt_tokens, 4096) << staged.err;
