@@ -13,7 +13,8 @@ cd "$root"
 secs=${1:-10}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz tokenizer_fuzz chat_template_fuzz openai_request_fuzz session_file_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz tokenizer_fuzz chat_template_fuzz openai_request_fuzz session_file_fuzz
+  kv_options_fuzz)
 jobs=$(nproc 2>/dev/null || echo 2)
 build=${QEVICT_FUZZ_BUILD:-build-fuzz}
 
