@@ -79,8 +79,11 @@ void split_head_capacity(KvBudget* b, const KvShape& shape, const KvCacheParams&
   const size_t H = size_t(shape.n_kv_heads);
   b->head_capacity = int64_t(b->total / H / b->head_token_bytes);
   // H2O's default: the budget split equally between heavy hitters and recent tokens.
-  b->local =
-      p.local_half_budget ? int(std::max<int64_t>(0, b->head_capacity - p.sink) / 2) : p.local;
+  // (clamped to int: a budget far past the context must not wrap the count; found by review)
+  b->local = p.local_half_budget
+                 ? int(std::min<int64_t>(std::max<int64_t>(0, b->head_capacity - p.sink) / 2,
+                                         std::numeric_limits<int>::max()))
+                 : p.local;
   b->head_heavy = b->head_capacity - b->sink - b->local;
   b->sink_bytes = size_t(b->sink) * b->head_token_bytes * H;
   b->local_bytes = size_t(b->local) * b->head_token_bytes * H;

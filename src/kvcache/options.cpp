@@ -135,6 +135,9 @@ void add_budget_rows(std::vector<KvOptionInfo>& r) {
       int64_t x = 0;
       QEVICT_RETURN_IF_ERROR(parse_int("budget_bytes", v, &x));
       if (x < 0) return Status::error("budget_bytes must be >= 0");
+      // Capacities derived from it are counts of tokens (int): a petabyte is past any cache.
+      if (x > (int64_t(1) << 50))
+        return Status::error(fmt::format("budget_bytes {} is past any cache (at most 2^50)", x));
       p->budget_bytes = x;
       return Status::ok();
     };
