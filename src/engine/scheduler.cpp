@@ -39,6 +39,7 @@ Status SchedulerOptions::validate() const {
   if (max_queue < 0) return Status::error("--max-queue must be >= 0");
   if (max_batch < 1) return Status::error("--parallel must be >= 1");
   if (prefill_chunk < 1) return Status::error("--prefill-chunk must be >= 1");
+  if (prefill_overtake_limit < 0) return Status::error("the prefill overtake limit must be >= 0");
   if (max_sessions < 0) return Status::error("--max-sessions must be >= 0");
   return Status::ok();
 }
@@ -239,6 +240,34 @@ void Scheduler::sample(Seq& s) {
   s.next = tok;
 }
 
+int pick_prefill(const std::vector<PrefillWait>& waits, int64_t limit) {
+  int best = -1;
+  for (int i = 0; i < int(waits.size()); ++i) {
+    if (waits[i].overtaken >= limit) return i;
+    if (best < 0 || waits[i].left < waits[best].left) best = i;
+  }
+  return best;
+}
+
+// Shortest remaining prompt first, not first come, first served: under the latter, short
+// follow-ups of resumed conversations (a few hundred tokens) waited ~120 s behind 4K-token
+// first turns. The bound (64 by default) lets a long first turn yield to dozens of one-chunk
+// follow-ups, yet delays it by at most 64 chunks of later prompts (16K tokens at the default
+// chunk, four times a 4K prompt's own 16): a steady stream of short prompts cannot starve it.
+Scheduler::Seq* Scheduler::choose_prefill() {
+  std::vector<Seq*> seqs;
+  std::vector<PrefillWait> waits;
+  for (auto& s : active_)  // in admission order
+    if (!s->decoding && !s->done) {
+      seqs.push_back(s.get());
+      waits.push_back({int64_t(s->req.prompt.size()) - s->fed, s->overtaken});
+    }
+  const int i = pick_prefill(waits, opts_.prefill_overtake_limit);
+  if (i < 0) return nullptr;
+  for (int j = 0; j < i; ++j) ++seqs[j]->overtaken;  // those admitted before the chosen one
+  return seqs[size_t(i)];
+}
+
 bool Scheduler::step() {
   admit();
   // Drop what ended: finished, failed, cancelled (the client went away).
@@ -277,14 +306,13 @@ bool Scheduler::step() {
 
   std::vector<BatchSegment> segs;
   std::vector<Seq*> decoding;
-  Seq* prefill = nullptr;
+  Seq* prefill = choose_prefill();
   int64_t chunk = 0;
   for (auto& s : active_) {
     if (s->decoding) {
       segs.push_back({s->cache.get(), &s->next, 1, false, s->logits.data()});
       decoding.push_back(s.get());
-    } else if (!prefill && !s->done) {
-      prefill = s.get();
+    } else if (s.get() == prefill) {
       chunk = std::min<int64_t>(opts_.prefill_chunk, int64_t(s->req.prompt.size()) - s->fed);
       const bool last = s->fed + chunk == int64_t(s->req.prompt.size());
       segs.push_back({s->cache.get(), s->req.prompt.data() + s->fed, chunk, false,

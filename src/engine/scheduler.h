@@ -103,6 +103,9 @@ struct SchedulerOptions {
   int max_queue = 64;        // waiting requests; beyond, submit() refuses
   int max_batch = 32;        // sequences admitted at once
   int prefill_chunk = 256;   // prompt tokens per step (one prompt per step)
+  // The starvation bound of the prefill order (pick_prefill): how many steps' chunks may go to
+  // prompts admitted after a waiting prompt before it goes first; 0 is first come, first served.
+  int prefill_overtake_limit = 64;
   // Conversation reuse (see the file comment).
   bool cache_prompt = false;
   std::string session_dir;          // idle sessions evicted from memory, and named ones, go here
@@ -155,6 +158,18 @@ struct SubmitResult {
 Expected<size_t> reservation_bytes(const KvShape& shape, int64_t prompt_len, int max_tokens,
                                    const KvCacheParams& p, int prefill_chunk, int64_t resumed = 0);
 
+// One prompt still being read, as pick_prefill sees it.
+struct PrefillWait {
+  int64_t left = 0;       // prompt tokens not yet given to the model
+  int64_t overtaken = 0;  // steps whose chunk went to a prompt admitted after this one
+};
+
+// Which prompt gets this step's chunk, `waits` in admission order: shortest remaining prompt
+// first (the earlier admitted on a tie), so that a short follow-up is not read after long
+// first turns; but a prompt overtaken `limit` times goes first (the earliest admitted such),
+// so no prompt waits more than `limit` steps for prompts admitted after it. -1 when empty.
+int pick_prefill(const std::vector<PrefillWait>& waits, int64_t limit);
+
 class Scheduler {
  public:
   Scheduler(Model& model, ThreadPool& pool, const SchedulerOptions& opts);
@@ -164,7 +179,7 @@ class Scheduler {
   SubmitResult submit(ServeRequest r);
   // Scheduler thread only. Admits waiting requests that fit the pool, drops cancelled ones,
   // then runs one forward call over every decoding sequence's next token and at most one
-  // prompt chunk. False when there was nothing to run.
+  // prompt chunk (of the prompt pick_prefill chooses). False when there was nothing to run.
   bool step();
   // Calls step() until `stop`; sleeps while idle until a request arrives.
   void run(const std::atomic<bool>& stop);
@@ -180,7 +195,8 @@ class Scheduler {
   void fail(Seq& s, const std::string& error);
   void sample(Seq& s);
   void account(const Seq& s);
-  void update_held();  // metrics_.held_* from the active caches, and the slots
+  void update_held();     // metrics_.held_* from the active caches, and the slots
+  Seq* choose_prefill();  // this step's prompt (pick_prefill), or null
   // Conversation reuse (scheduler_sessions.cpp).
   struct Resolved {
     KvCacheParams kv;

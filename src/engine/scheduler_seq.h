@@ -26,7 +26,8 @@ struct Scheduler::Seq {
   std::vector<int32_t> out_tokens;  // generated, a stop token included
   KvLayerReport base;               // a resumed cache's counters when it was resumed
   size_t reserved = 0;
-  int64_t fed = 0;  // prompt tokens given to the model
+  int64_t fed = 0;        // prompt tokens given to the model
+  int64_t overtaken = 0;  // PrefillWait::overtaken
   bool decoding = false;
   bool done = false;
   bool failed = false;

@@ -43,6 +43,27 @@ std::vector<int32_t> alone(Model& m, ThreadPool& pool, const ServeRequest& r) {
   return reqs[0].output;
 }
 
+// A greedy FullKV request for tokens [from, from + len) of the golden text.
+ServeRequest slice(const std::vector<int32_t>& tokens, int64_t from, int64_t len, int max_tokens) {
+  ServeRequest r;
+  r.prompt.assign(tokens.begin() + from, tokens.begin() + from + len);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  r.kv = params("full", 0);
+  return r;
+}
+
+// Drains a stream after step `step`: sets *first to the step of its first token (once) and
+// *done when it ended.
+void note(ServeStream& st, int step, int* first, bool* done) {
+  ServeEvent e;
+  while (st.next(&e, std::chrono::milliseconds(0))) {
+    ASSERT_NE(int(e.kind), int(ServeEvent::Kind::kError)) << e.error;
+    if (e.kind == ServeEvent::Kind::kToken && *first < 0) *first = step;
+    if (e.kind != ServeEvent::Kind::kToken) *done = true;
+  }
+}
+
 TEST_F(SchedulerModel, JoiningRequestsDecodeWhatEachDecodesAlone) {
   // Exact only on the exact matmul path: the AMX prefill path and the 8-bit decode path (on
   // by default where the CPU has them) round a token's products differently when 32 or more
@@ -197,6 +218,89 @@ TEST_F(SchedulerModel, IdleConversationsAreNotDroppedWhileRunningRequestsWillGiv
   EXPECT_EQ(m.sessions_in_memory, 3);
   EXPECT_EQ(m.finished, 3);
   EXPECT_LE(m.session_bytes + m.reserved_bytes, so.kv_pool_bytes);
+}
+
+// Shortest remaining prompt first (Scheduler::choose_prefill): a one-chunk prompt admitted
+// while a ten-chunk one is being read is read at the next step; under first come, first
+// served it answered only after the long prompt's every chunk (step 10, the long one at 9).
+TEST_F(SchedulerModel, AShortPromptIsReadBeforeALongOneAdmittedEarlier) {
+  SchedulerOptions so;
+  so.n_ctx = 512;
+  so.kv_pool_bytes = size_t(64) << 20;
+  so.prefill_chunk = 16;
+  Scheduler sched(*model_, pool_, so);
+  auto long_st = sched.submit(slice(tokens_, 0, 160, 2)).stream;
+  ASSERT_NE(long_st, nullptr);
+  ASSERT_TRUE(sched.step());  // its first chunk
+  auto short_st = sched.submit(slice(tokens_, 200, 16, 2)).stream;
+  ASSERT_NE(short_st, nullptr);
+  int first_long = -1, first_short = -1;
+  bool long_done = false, short_done = false;
+  for (int step = 1; step < 40 && !(long_done && short_done); ++step) {
+    ASSERT_TRUE(sched.step());
+    note(*long_st, step, &first_long, &long_done);
+    note(*short_st, step, &first_short, &short_done);
+  }
+  EXPECT_TRUE(long_done && short_done);
+  EXPECT_EQ(first_short, 1) << "the short prompt waited for the long one";
+  EXPECT_EQ(first_long, 10) << "its 9 chunks left, one step later for the short prompt";
+  EXPECT_EQ(sched.metrics().finished, 2);
+}
+
+// The starvation bound (SchedulerOptions::prefill_overtake_limit): a four-chunk prompt with a
+// one-chunk prompt arriving before every step yields to the first 3 (the limit) and is then
+// read to its end; with no bound it would wait as long as short prompts kept coming.
+TEST_F(SchedulerModel, ALongPromptOvertakenLimitTimesIsReadFirst) {
+  SchedulerOptions so;
+  so.n_ctx = 512;
+  so.kv_pool_bytes = size_t(64) << 20;
+  so.prefill_chunk = 16;
+  so.prefill_overtake_limit = 3;
+  Scheduler sched(*model_, pool_, so);
+  auto long_st = sched.submit(slice(tokens_, 0, 64, 2)).stream;
+  ASSERT_NE(long_st, nullptr);
+  std::vector<std::shared_ptr<ServeStream>> shorts;
+  int first_long = -1;
+  bool long_done = false;
+  for (int step = 0; step < 20 && !long_done; ++step) {
+    shorts.push_back(sched.submit(slice(tokens_, 100 + 16 * step, 16, 1)).stream);
+    ASSERT_NE(shorts.back(), nullptr);
+    ASSERT_TRUE(sched.step());
+    note(*long_st, step, &first_long, &long_done);
+  }
+  EXPECT_EQ(first_long, 3 + 4 - 1) << "3 short prompts first, then its 4 chunks";
+  // Every short prompt that was read answered (those after step 2 waited for the long one).
+  for (int step = 0; step < 20; ++step) sched.step();
+  for (size_t i = 0; i < shorts.size(); ++i) {
+    int first = -1;
+    bool done = false;
+    note(*shorts[i], 0, &first, &done);
+    EXPECT_TRUE(done) << "short prompt " << i;
+  }
+}
+
+// Only a prompt admitted later overtakes: two equal prompts are read one after the other in
+// admission order even with a limit of 1 (the second is never counted as overtaken by the
+// first, so the two do not take turns chunk by chunk).
+TEST_F(SchedulerModel, WaitingForAnEarlierPromptIsNotBeingOvertaken) {
+  SchedulerOptions so;
+  so.n_ctx = 512;
+  so.kv_pool_bytes = size_t(64) << 20;
+  so.prefill_chunk = 16;
+  so.prefill_overtake_limit = 1;
+  Scheduler sched(*model_, pool_, so);
+  auto a = sched.submit(slice(tokens_, 0, 64, 1)).stream;
+  auto b = sched.submit(slice(tokens_, 100, 64, 1)).stream;
+  ASSERT_TRUE(a && b);
+  int first_a = -1, first_b = -1;
+  bool a_done = false, b_done = false;
+  for (int step = 0; step < 20 && !(a_done && b_done); ++step) {
+    ASSERT_TRUE(sched.step());
+    note(*a, step, &first_a, &a_done);
+    note(*b, step, &first_b, &b_done);
+  }
+  EXPECT_EQ(first_a, 3);
+  EXPECT_EQ(first_b, 7);
 }
 
 }  // namespace
