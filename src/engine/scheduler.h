@@ -10,7 +10,8 @@
 // until its rule runs) the same plus its one-layer scratch; a budgeted cache its budget plus
 // one prefill chunk, or the whole prompt when it keeps every prompt token until the prompt
 // ends (--prefill-route end) — for a resumed conversation only the new turn's tokens over
-// its budget (its earlier turns are already routed); each plus a stated per-cache constant. A
+// its budget (its earlier turns are already routed); each plus a stated per-cache constant.
+// Once a deferred prompt is routed, its reservation shrinks to the budget plus a chunk. A
 // finished, failed or cancelled request gives its reservation back at the next step. So long and
 // short conversations, FullKV, quantized and budgeted, share one pool by what each can really hold,
 // and the bytes held never exceed the pool.
@@ -218,6 +219,8 @@ class Scheduler {
   // What s reserves when it resumes m's session (its budget + the new tokens; see
   // max_cache_bytes).
   size_t resumed_reservation(const Seq& s, const SessionMatch& m) const;
+  // Once s's prompt is routed, shrinks its reservation to the routed bound (scheduler.cpp).
+  void settle_reservation(Seq& s);
   void count_sessions();
 
   Model& model_;

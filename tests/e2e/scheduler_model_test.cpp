@@ -64,6 +64,18 @@ void note(ServeStream& st, int step, int* first, bool* done) {
   }
 }
 
+// The prompt-order tests' server: 512-token contexts in 64 MiB, prompts read 16 tokens a
+// step, a prompt overtaken `overtake_limit` times by later ones read first.
+SchedulerOptions sixteen_token_chunks(
+    int overtake_limit = SchedulerOptions{}.prefill_overtake_limit) {
+  SchedulerOptions so;
+  so.n_ctx = 512;
+  so.kv_pool_bytes = size_t(64) << 20;
+  so.prefill_chunk = 16;
+  so.prefill_overtake_limit = overtake_limit;
+  return so;
+}
+
 TEST_F(SchedulerModel, JoiningRequestsDecodeWhatEachDecodesAlone) {
   // Exact only on the exact matmul path: the AMX prefill path and the 8-bit decode path (on
   // by default where the CPU has them) round a token's products differently when 32 or more
@@ -176,7 +188,7 @@ TEST_F(SchedulerModel, IdleConversationsAreNotDroppedWhileRunningRequestsWillGiv
   };
   // A probe with room to spare: an idle conversation's bytes and a running request's
   // reservation (every request here has the same length and policy).
-  size_t idle = 0, reserve = 0;
+  size_t idle = 0, reserve = 0, settled = 0;
   {
     SchedulerOptions big = so;
     big.kv_pool_bytes = size_t(256) << 20;
@@ -186,11 +198,18 @@ TEST_F(SchedulerModel, IdleConversationsAreNotDroppedWhileRunningRequestsWillGiv
     auto st = probe.submit(request(300, "b", 4)).stream;
     probe.step();
     reserve = probe.metrics().reserved_bytes;
+    ServeEvent e;
+    for (int step = 0; step < 20 && !st->next(&e, std::chrono::milliseconds(0)); ++step)
+      probe.step();
+    settled = probe.metrics().reserved_bytes;  // b decoding: its prompt routed
   }
   ASSERT_GT(idle, 0u);
   ASSERT_GT(reserve, idle);
-  // Room for two running requests, not for them and the idle conversation.
-  so.kv_pool_bytes = 2 * reserve + idle / 2;
+  ASSERT_LT(settled, reserve);
+  ASSERT_GE(settled, idle + idle / 2);  // c fits beside the two idle conversations at the end
+  // Room for a running request being read and one routed, not for them and the idle
+  // conversation.
+  so.kv_pool_bytes = reserve + settled + idle / 2;
   Scheduler sched(*model_, pool_, so);
   ASSERT_TRUE(drain(sched, sched.submit(request(0, "a", 4)).stream));
   ASSERT_EQ(sched.metrics().sessions_in_memory, 1);
@@ -220,15 +239,56 @@ TEST_F(SchedulerModel, IdleConversationsAreNotDroppedWhileRunningRequestsWillGiv
   EXPECT_LE(m.session_bytes + m.reserved_bytes, so.kv_pool_bytes);
 }
 
+// A prompt routed at its end gives back what it no longer needs (Scheduler::settle_reservation):
+// in a pool with room for one fresh 300-token prompt at 20 % and one routed, a second request
+// is read while the first decodes; before, it waited for the first to finish (each kept its
+// whole prompt's f16 reservation to its end).
+TEST_F(SchedulerModel, ARoutedPromptGivesBackWhatItNoLongerNeeds) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto request = [&](int64_t from, int max_tokens) {
+    ServeRequest r;
+    r.prompt.assign(tokens_.begin() + from, tokens_.begin() + from + 300);
+    r.max_tokens = max_tokens;
+    r.sampling = greedy;
+    r.kv = params("qevict", 0.2);
+    return r;
+  };
+  SchedulerOptions so;
+  so.n_ctx = 1024;
+  so.prefill_chunk = 96;
+  const ServeRequest a = request(0, 40), b = request(300, 40);
+  auto fresh = reservation_bytes(model_->kv_shape(), 300, 40, a.kv, so.prefill_chunk);
+  auto routed = reservation_bytes(model_->kv_shape(), 300, 40, a.kv, so.prefill_chunk, 300);
+  ASSERT_TRUE(fresh && routed);
+  ASSERT_LT(*routed, *fresh);
+  so.kv_pool_bytes = *fresh + *routed + (*routed / 10);  // not two fresh ones
+  ASSERT_LT(so.kv_pool_bytes, 2 * *fresh);
+  Scheduler sched(*model_, pool_, so);
+  auto as = sched.submit(a).stream, bs = sched.submit(b).stream;
+  ASSERT_TRUE(as && bs);
+  int a_first = -1, b_first = -1;
+  bool a_done = false, b_done = false;
+  for (int step = 0; step < 200 && !(a_done && b_done); ++step) {
+    ASSERT_TRUE(sched.step());
+    note(*as, step, &a_first, &a_done);
+    note(*bs, step, &b_first, &b_done);
+    const SchedulerMetrics m = sched.metrics();
+    EXPECT_LE(m.held_bytes, so.kv_pool_bytes) << "step " << step;
+    EXPECT_LE(m.held_bytes, m.reserved_bytes) << "step " << step << ": a cache outgrew it";
+  }
+  ASSERT_TRUE(a_done && b_done);
+  EXPECT_EQ(a_first, 3) << "a's 4 chunks";
+  EXPECT_EQ(b_first, 7) << "b read while a decodes (a has 40 tokens to go)";
+  sched.step();  // what ended gives its reservation back
+  EXPECT_EQ(sched.metrics().reserved_bytes, 0u);
+}
+
 // Shortest remaining prompt first (Scheduler::choose_prefill): a one-chunk prompt admitted
 // while a ten-chunk one is being read is read at the next step; under first come, first
 // served it answered only after the long prompt's every chunk (step 10, the long one at 9).
 TEST_F(SchedulerModel, AShortPromptIsReadBeforeALongOneAdmittedEarlier) {
-  SchedulerOptions so;
-  so.n_ctx = 512;
-  so.kv_pool_bytes = size_t(64) << 20;
-  so.prefill_chunk = 16;
-  Scheduler sched(*model_, pool_, so);
+  Scheduler sched(*model_, pool_, sixteen_token_chunks());
   auto long_st = sched.submit(slice(tokens_, 0, 160, 2)).stream;
   ASSERT_NE(long_st, nullptr);
   ASSERT_TRUE(sched.step());  // its first chunk
@@ -251,12 +311,7 @@ TEST_F(SchedulerModel, AShortPromptIsReadBeforeALongOneAdmittedEarlier) {
 // one-chunk prompt arriving before every step yields to the first 3 (the limit) and is then
 // read to its end; with no bound it would wait as long as short prompts kept coming.
 TEST_F(SchedulerModel, ALongPromptOvertakenLimitTimesIsReadFirst) {
-  SchedulerOptions so;
-  so.n_ctx = 512;
-  so.kv_pool_bytes = size_t(64) << 20;
-  so.prefill_chunk = 16;
-  so.prefill_overtake_limit = 3;
-  Scheduler sched(*model_, pool_, so);
+  Scheduler sched(*model_, pool_, sixteen_token_chunks(3));
   auto long_st = sched.submit(slice(tokens_, 0, 64, 2)).stream;
   ASSERT_NE(long_st, nullptr);
   std::vector<std::shared_ptr<ServeStream>> shorts;
@@ -283,12 +338,7 @@ TEST_F(SchedulerModel, ALongPromptOvertakenLimitTimesIsReadFirst) {
 // admission order even with a limit of 1 (the second is never counted as overtaken by the
 // first, so the two do not take turns chunk by chunk).
 TEST_F(SchedulerModel, WaitingForAnEarlierPromptIsNotBeingOvertaken) {
-  SchedulerOptions so;
-  so.n_ctx = 512;
-  so.kv_pool_bytes = size_t(64) << 20;
-  so.prefill_chunk = 16;
-  so.prefill_overtake_limit = 1;
-  Scheduler sched(*model_, pool_, so);
+  Scheduler sched(*model_, pool_, sixteen_token_chunks(1));
   auto a = sched.submit(slice(tokens_, 0, 64, 1)).stream;
   auto b = sched.submit(slice(tokens_, 100, 64, 1)).stream;
   ASSERT_TRUE(a && b);
