@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/kv_shape.h"
 #include "kvcache/budget.h"
 #include "kvcache/options.h"
 #include "kvcache/registry.h"
@@ -31,15 +32,7 @@ using qevict::KvParamsGiven;
 }
 
 // SmolLM2-135M's cache (the test model): 30 layers, 9 query heads over 3 KV heads of 64.
-qevict::KvShape smollm2_shape() {
-  qevict::KvShape s;
-  s.n_layers = 30;
-  s.n_q_heads = 9;
-  s.n_kv_heads = 3;
-  s.head_dim = 64;
-  s.rope.n_rot = 64;
-  return s;
-}
+qevict::KvShape smollm2_shape() { return qevict::test::rope_shape(30, 9, 3, 64); }
 
 // Sets key=value; when it is accepted, its read-back must be accepted and stable.
 void set_and_read_back(KvCacheParams* p, KvParamsGiven* given, const std::string& key,

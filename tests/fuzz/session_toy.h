@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/kv_shape.h"
 #include "kvcache/factory.h"
 #include "kvcache/full_cache.h"
 #include "kvcache/options.h"
@@ -14,15 +15,7 @@ namespace qevict::fuzz {
 
 inline constexpr int64_t kSessionCtx = 64;
 
-inline KvShape session_shape() {
-  KvShape s;
-  s.n_layers = 2;
-  s.n_q_heads = 4;
-  s.n_kv_heads = 2;
-  s.head_dim = 16;
-  s.rope.n_rot = 16;
-  return s;
-}
+inline KvShape session_shape() { return test::rope_shape(2, 4, 2, 16); }
 
 // A tiered cache: windows of 4 tokens, half the context's bytes, a small sink and local region
 // so that 64 tokens reach every tier.

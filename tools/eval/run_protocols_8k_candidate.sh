@@ -9,15 +9,7 @@
 # SAMPLES=N rounds (default 5). Resumable; QEVICT_BIN=PATH runs a copy of the binary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-bin=${QEVICT_BIN:-build/tools/qevict}
-bash tools/fetch_ruler_data.sh >/dev/null
-default=qevict:route=end:prefill_window=32:pool=2:bits=4:vbits=2
-int2=qevict:route=end:prefill_window=32:pool=2:bits=2:vbits=2
-tasks=niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multikey_3
-tasks+=,niah_multivalue,niah_multiquery,vt,cwe,fwe,qa_1,qa_2
-for s in $(seq 1 "${SAMPLES:-5}"); do
-  nice -n 19 "$bin" eval -t 2 -m "$(tools/fetch_model.sh qwen2.5-coder-0.5b | tail -n1)" \
-    --lengths 8192 --samples "$s" --seed 0 --haystack essay --protocol end,after,multi \
-    --tasks "$tasks" --variants "full,$default,$int2:q=0.9,layer-defensivekv" --budgets 0.2 \
-    --out results/eval/protocols-8k || exit 1
-done
+source tools/eval/grid_common.sh
+grid_rounds "${SAMPLES:-5}" --lengths 8192 --seed 0 --haystack essay --protocol end,after,multi \
+  --tasks "$RULER13" --variants "full,$QEVICT_DEFAULT,$QEVICT_INT2:q=0.9,layer-defensivekv" \
+  --budgets 0.2 --out results/eval/protocols-8k

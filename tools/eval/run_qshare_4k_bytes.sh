@@ -7,15 +7,7 @@
 # Samples in rounds (SAMPLES=N, default 2). Resumable; QEVICT_BIN=PATH runs a copy of the binary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-bin=${QEVICT_BIN:-build/tools/qevict}
-bash tools/fetch_ruler_data.sh >/dev/null
-default=qevict:route=end:prefill_window=32:pool=2:bits=4:vbits=2
-int2=qevict:route=end:prefill_window=32:pool=2:bits=2:vbits=2
-tasks=niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multikey_3
-tasks+=,niah_multivalue,niah_multiquery,vt,cwe,fwe,qa_1,qa_2
-for s in $(seq 1 "${SAMPLES:-2}"); do
-  nice -n 19 "$bin" eval -t 2 -m "$(tools/fetch_model.sh qwen2.5-coder-0.5b | tail -n1)" \
-    --lengths 4096 --samples "$s" --seed 0 --haystack essay --protocol end,after,multi \
-    --tasks "$tasks" --variants "full,kivi,$default,$int2:q=1" --budgets 0.27 \
-    --out results/eval/qshare-4k || exit 1
-done
+source tools/eval/grid_common.sh
+grid_rounds "${SAMPLES:-2}" --lengths 4096 --seed 0 --haystack essay --protocol end,after,multi \
+  --tasks "$RULER13" --variants "full,kivi,$QEVICT_DEFAULT,$QEVICT_INT2:q=1" --budgets 0.27 \
+  --out results/eval/qshare-4k
