@@ -105,7 +105,9 @@ struct SchedulerOptions {
   int max_batch = 32;        // sequences admitted at once
   int prefill_chunk = 256;   // prompt tokens per step (one prompt per step)
   // The starvation bound of the prefill order (pick_prefill): how many steps' chunks may go to
-  // prompts admitted after a waiting prompt before it goes first; 0 is first come, first served.
+  // prompts admitted after a waiting prompt before it goes first; and of admission: how many
+  // later requests may be admitted past one that does not fit before nothing more is.
+  // 0 is first come, first served.
   int prefill_overtake_limit = 64;
   // Conversation reuse (see the file comment).
   bool cache_prompt = false;

@@ -27,7 +27,7 @@ struct Scheduler::Seq {
   KvLayerReport base;               // a resumed cache's counters when it was resumed
   size_t reserved = 0;
   int64_t fed = 0;        // prompt tokens given to the model
-  int64_t overtaken = 0;  // PrefillWait::overtaken
+  int64_t overtaken = 0;  // PrefillWait::overtaken; while waiting, admissions past it
   bool decoding = false;
   bool done = false;
   bool failed = false;

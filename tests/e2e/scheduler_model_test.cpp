@@ -284,6 +284,55 @@ TEST_F(SchedulerModel, ARoutedPromptGivesBackWhatItNoLongerNeeds) {
   EXPECT_EQ(sched.metrics().reserved_bytes, 0u);
 }
 
+// Admission past a request that does not fit (Scheduler::admit): with a 300-token prompt being
+// read, a second one waits for room, and a 32-token request behind it that fits is admitted
+// and answered at once; with a bound of 0 (first come, first served) it waits behind the
+// second until the first has finished.
+TEST_F(SchedulerModel, ARequestThatFitsIsAdmittedPastOneThatDoesNot) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto request = [&](int64_t from, int64_t len, int max_tokens) {
+    ServeRequest r;
+    r.prompt.assign(tokens_.begin() + from, tokens_.begin() + from + len);
+    r.max_tokens = max_tokens;
+    r.sampling = greedy;
+    r.kv = params("qevict", 0.2);
+    return r;
+  };
+  const ServeRequest a = request(0, 300, 30), b = request(300, 300, 4), c = request(600, 32, 4);
+  auto fresh = reservation_bytes(model_->kv_shape(), 300, 30, a.kv, 96);
+  auto small = reservation_bytes(model_->kv_shape(), 32, 4, c.kv, 96);
+  ASSERT_TRUE(fresh && small);
+  for (int limit : {64, 0}) {
+    SchedulerOptions so = sixteen_token_chunks(limit);
+    so.prefill_chunk = 96;
+    so.n_ctx = 1024;
+    so.kv_pool_bytes = *fresh + *small + *small / 10;  // a + c, never a + b
+    Scheduler sched(*model_, pool_, so);
+    auto as = sched.submit(a).stream;
+    ASSERT_TRUE(sched.step());  // a's first chunk
+    auto bs = sched.submit(b).stream, cs = sched.submit(c).stream;
+    ASSERT_TRUE(as && bs && cs);
+    int a_first = -1, b_first = -1, c_first = -1, a_end = -1;
+    bool a_done = false, b_done = false, c_done = false;
+    for (int step = 1; step < 200 && !(a_done && b_done && c_done); ++step) {
+      sched.step();  // false for a step when one ended and the next is not yet admitted
+      note(*as, step, &a_first, &a_done);
+      note(*bs, step, &b_first, &b_done);
+      note(*cs, step, &c_first, &c_done);
+      if (a_done && a_end < 0) a_end = step;
+      EXPECT_LE(sched.metrics().held_bytes, so.kv_pool_bytes) << "step " << step;
+    }
+    ASSERT_TRUE(a_done && b_done && c_done) << "limit " << limit;
+    if (limit > 0) {
+      EXPECT_EQ(c_first, 1) << "c admitted past b and read before a's last chunks";
+    } else {
+      EXPECT_GT(c_first, a_end) << "first come, first served: c waits behind b";
+    }
+    EXPECT_GT(b_first, a_first) << "limit " << limit;
+  }
+}
+
 // Shortest remaining prompt first (Scheduler::choose_prefill): a one-chunk prompt admitted
 // while a ten-chunk one is being read is read at the next step; under first come, first
 // served it answered only after the long prompt's every chunk (step 10, the long one at 9).
