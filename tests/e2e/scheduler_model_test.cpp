@@ -43,13 +43,14 @@ std::vector<int32_t> alone(Model& m, ThreadPool& pool, const ServeRequest& r) {
   return reqs[0].output;
 }
 
-// A greedy FullKV request for tokens [from, from + len) of the golden text.
-ServeRequest slice(const std::vector<int32_t>& tokens, int64_t from, int64_t len, int max_tokens) {
+// A greedy request for tokens [from, from + len) of the golden text (FullKV unless kv says).
+ServeRequest slice(const std::vector<int32_t>& tokens, int64_t from, int64_t len, int max_tokens,
+                   const KvCacheParams& kv = params("full", 0)) {
   ServeRequest r;
   r.prompt.assign(tokens.begin() + from, tokens.begin() + from + len);
   r.max_tokens = max_tokens;
   r.sampling.temperature = 0.0f;
-  r.kv = params("full", 0);
+  r.kv = kv;
   return r;
 }
 
@@ -244,15 +245,8 @@ TEST_F(SchedulerModel, IdleConversationsAreNotDroppedWhileRunningRequestsWillGiv
 // is read while the first decodes; before, it waited for the first to finish (each kept its
 // whole prompt's f16 reservation to its end).
 TEST_F(SchedulerModel, ARoutedPromptGivesBackWhatItNoLongerNeeds) {
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
   auto request = [&](int64_t from, int max_tokens) {
-    ServeRequest r;
-    r.prompt.assign(tokens_.begin() + from, tokens_.begin() + from + 300);
-    r.max_tokens = max_tokens;
-    r.sampling = greedy;
-    r.kv = params("qevict", 0.2);
-    return r;
+    return slice(tokens_, from, 300, max_tokens, params("qevict", 0.2));
   };
   SchedulerOptions so;
   so.n_ctx = 1024;
@@ -289,15 +283,8 @@ TEST_F(SchedulerModel, ARoutedPromptGivesBackWhatItNoLongerNeeds) {
 // and answered at once; with a bound of 0 (first come, first served) it waits behind the
 // second until the first has finished.
 TEST_F(SchedulerModel, ARequestThatFitsIsAdmittedPastOneThatDoesNot) {
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
   auto request = [&](int64_t from, int64_t len, int max_tokens) {
-    ServeRequest r;
-    r.prompt.assign(tokens_.begin() + from, tokens_.begin() + from + len);
-    r.max_tokens = max_tokens;
-    r.sampling = greedy;
-    r.kv = params("qevict", 0.2);
-    return r;
+    return slice(tokens_, from, len, max_tokens, params("qevict", 0.2));
   };
   const ServeRequest a = request(0, 300, 30), b = request(300, 300, 4), c = request(600, 32, 4);
   auto fresh = reservation_bytes(model_->kv_shape(), 300, 30, a.kv, 96);
