@@ -43,6 +43,7 @@ void put_params(ByteWriter& w, const KvCacheParams& p) {
   w.put<int32_t>(q.f16_first);
   w.put(q.low_share);
   w.put<int32_t>(q.gap);
+  w.put<int32_t>(p.key_meta);  // from version 2
 }
 
 template <typename T>
@@ -61,7 +62,7 @@ Status get_u8(ByteReader& r, uint8_t* v, uint8_t hi, const char* what) {
   return Status::ok();
 }
 
-Status get_params(ByteReader& r, KvCacheParams* p) {
+Status get_params(ByteReader& r, uint32_t version, KvCacheParams* p) {
   uint8_t u = 0;
   QEVICT_RETURN_IF_ERROR(r.get_str(&p->policy, 64));
   QEVICT_RETURN_IF_ERROR(get_u8(r, &u, 1, "the 16-bit type"));
@@ -97,6 +98,8 @@ Status get_params(ByteReader& r, KvCacheParams* p) {
   QEVICT_RETURN_IF_ERROR(get_int(r, &q.f16_first, 0, 1 << 24, "f16_first"));
   QEVICT_RETURN_IF_ERROR(r.get(&q.low_share));
   QEVICT_RETURN_IF_ERROR(get_int(r, &q.gap, 0, 1 << 24, "gap"));
+  p->key_meta = 16;  // version 1 had f16 key scales and zeros only
+  if (version >= 2) QEVICT_RETURN_IF_ERROR(get_int(r, &p->key_meta, 8, 16, "key_meta"));
   // The rest (a known policy, ranges that depend on each other) is the cache factory's check,
   // which Session::load runs by building the cache.
   return p->validate();
@@ -169,8 +172,8 @@ Expected<SessionFileContents> decode_session(const std::string& bytes, bool veri
   QEVICT_RETURN_IF_ERROR(h.get(&reserved));
   QEVICT_RETURN_IF_ERROR(h.get(&size));
   QEVICT_RETURN_IF_ERROR(h.get(&sum));
-  if (version != kSessionFileVersion)
-    return Status::error(fmt::format("session file version {} (this build reads version {})",
+  if (version < 1 || version > kSessionFileVersion)
+    return Status::error(fmt::format("session file version {} (this build reads versions 1 to {})",
                                      version, kSessionFileVersion));
   if (size != bytes.size() - kHeaderBytes)
     return Status::error(fmt::format(
@@ -184,7 +187,7 @@ Expected<SessionFileContents> decode_session(const std::string& bytes, bool veri
   SessionFileContents c;
   QEVICT_RETURN_IF_ERROR(r.get(&c.model_fingerprint));
   QEVICT_RETURN_IF_ERROR(r.get_str(&c.model_name, 4096));
-  QEVICT_RETURN_IF_ERROR(get_params(r, &c.kv));
+  QEVICT_RETURN_IF_ERROR(get_params(r, version, &c.kv));
   QEVICT_RETURN_IF_ERROR(r.get(&c.n_ctx));
   QEVICT_RETURN_IF_ERROR(get_int(r, &c.prefill_chunk, 1, 1 << 24, "the prefill chunk"));
   QEVICT_RETURN_IF_ERROR(r.get_vec(&c.tokens, uint64_t(1) << 28));

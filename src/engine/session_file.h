@@ -1,6 +1,6 @@
 // Session files (engine/session.h): a conversation's tokens and its cache's state, to disk and
 // back. Layout, little-endian:
-//   magic "QEVSESS\0" (8 bytes), u32 version (1), u32 reserved (0),
+//   magic "QEVSESS\0" (8 bytes), u32 version (2), u32 reserved (0),
 //   u64 payload bytes, u64 FNV-1a 64 checksum of the payload, then the payload:
 //   u64 model fingerprint, model name, KV options (every KvCacheParams field that shapes the
 //   cache), n_ctx, prefill chunk, the history's tokens, the cache's n_past, bytes by tier
@@ -20,7 +20,8 @@
 
 namespace qevict {
 
-inline constexpr uint32_t kSessionFileVersion = 1;
+// 2: adds the low-bit tier's key_meta after the quantizer options (1: read as key_meta 16).
+inline constexpr uint32_t kSessionFileVersion = 2;
 
 struct SessionFileContents {
   uint64_t model_fingerprint = 0;

@@ -29,6 +29,8 @@ Status QuantLayout::validate() const {
     if (head_dim % (8 / b) != 0)
       return Status::error("head_dim must be a multiple of the codes per byte");
   }
+  if (kmeta != 8 && kmeta != 16)
+    return Status::error(fmt::format("key scales and zeros take 8 or 16 bits, got {}", kmeta));
   if (g() % (8 / vb()) != 0)
     return Status::error(
         fmt::format("value group {} must be a multiple of {} codes per byte", g(), 8 / vb()));
@@ -45,6 +47,34 @@ void params(float lo, float hi, int levels, uint16_t* s16, uint16_t* z16, float*
   if (!(step > 0.0f) || !std::isfinite(step)) step = 0.0f;
   *s16 = f32_to_f16(step);
   *s = f16_to_f32(*s16);
+}
+
+// kmeta 8 (kv_quant.h): the smallest scale code whose grid z + {0..levels}·s, with
+// z = ⌊2·lo/s⌋·s/2 and that zero code in int8, covers [lo, hi]; the largest code when none
+// does (values past it clamp). A channel of zeros, or one that is not finite, codes as 0.
+void params8(float lo, float hi, int levels, uint8_t* sc, int8_t* zc, float* s, float* z) {
+  *sc = 0, *zc = 0, *s = 0.0f, *z = 0.0f;
+  if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0.0f && hi == 0.0f)) return;
+  const double want = std::max(double(hi - lo) / levels, std::fabs(double(lo)) / 64.0);
+  int c = 8;  // the smallest nonzero scale, 2^-19
+  if (want > 0.0) {
+    int e2 = 0;
+    const double f = 2.0 * std::frexp(want, &e2);  // want = f·2^(e2 - 1), f in [1, 2)
+    int e = e2 - 1 + 20, m = int(std::ceil((f - 1.0) * 8.0));
+    if (m == 8) ++e, m = 0;
+    c = e < 1 ? 8 : e > 31 ? 255 : (e << 3) | m;
+  }
+  for (;; ++c) {
+    const float sv = key_scale_of_code(uint8_t(c));
+    const double n = std::floor(2.0 * double(lo) / double(sv));
+    const bool in_range = n >= -128.0 && n <= 127.0;
+    const double nc = std::clamp(n, -128.0, 127.0);
+    const float zv = key_zero_of_code(int8_t(nc), sv);
+    if ((in_range && double(zv) + double(levels) * double(sv) >= double(hi)) || c == 255) {
+      *sc = uint8_t(c), *zc = int8_t(nc), *s = sv, *z = zv;
+      return;
+    }
+  }
 }
 
 inline int code_of(float x, float s, float z, int levels) {
@@ -74,6 +104,7 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
     uint8_t* vs = out + L.v_scale_off(h);
     uint8_t* vz = out + L.v_zero_off(h);
     // Keys: one (scale, zero) per channel over the window's tokens.
+    const bool meta8 = L.kmeta == 8;
     for (int c = 0; c < d; ++c) {
       float lo = INFINITY, hi = -INFINITY;
       for (int t = 0; t < n_tokens; ++t) {
@@ -83,10 +114,18 @@ void quantize_window(const QuantLayout& L, const float* k_pre, const float* v, i
       }
       if (n_tokens == 0) lo = hi = 0.0f;
       float s, z;
-      uint16_t s16, z16;
-      params(lo, hi, k_levels, &s16, &z16, &s, &z);
-      store_f16_bits(ks, size_t(c), s16);
-      store_f16_bits(kz, size_t(c), z16);
+      if (meta8) {
+        uint8_t sc;
+        int8_t zc;
+        params8(lo, hi, k_levels, &sc, &zc, &s, &z);
+        ks[c] = sc;
+        kz[c] = uint8_t(zc);
+      } else {
+        uint16_t s16, z16;
+        params(lo, hi, k_levels, &s16, &z16, &s, &z);
+        store_f16_bits(ks, size_t(c), s16);
+        store_f16_bits(kz, size_t(c), z16);
+      }
       for (int t = 0; t < n_tokens; ++t)
         put_code(kc + size_t(t) * k_row_bytes, c, L.kb(),
                  code_of(k_pre[(size_t(t) * H + h) * d + c], s, z, k_levels));
@@ -151,18 +190,32 @@ inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, 
 
 }  // namespace
 
+void key_params(const QuantLayout& L, const uint8_t* win, int h, float* s, float* z) {
+  const int d = L.head_dim;
+  const uint8_t* ks = win + L.k_scale_off(h);
+  const uint8_t* kz = win + L.k_zero_off(h);
+  if (L.kmeta == 8) {
+    for (int c = 0; c < d; ++c) {
+      s[c] = key_scale_of_code(ks[c]);
+      z[c] = key_zero_of_code(int8_t(kz[c]), s[c]);
+    }
+    return;
+  }
+  uint16_t s16[1024], z16[1024];        // head_dim <= 1024 (checked by the cache factory)
+  std::memcpy(s16, ks, 2 * size_t(d));  // any alignment
+  std::memcpy(z16, kz, 2 * size_t(d));
+  half_to_f32(HalfType::kF16, s16, s, d);  // F16C / SIMD conversion
+  half_to_f32(HalfType::kF16, z16, z, d);
+}
+
 void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens,
                             float* k_pre, float* v) {
   const int d = L.head_dim, g = L.g();
   const uint8_t* vs = win + L.v_scale_off(h);
   const uint8_t* vz = win + L.v_zero_off(h);
   if (k_pre) {
-    uint16_t ks[1024], kz[1024];  // head_dim <= 1024 (checked by the cache factory)
-    std::memcpy(ks, win + L.k_scale_off(h), 2 * size_t(d));  // any alignment
-    std::memcpy(kz, win + L.k_zero_off(h), 2 * size_t(d));
     float s[1024], z[1024];
-    half_to_f32(HalfType::kF16, ks, s, d);  // F16C / SIMD conversion
-    half_to_f32(HalfType::kF16, kz, z, d);
+    key_params(L, win, h, s, z);
     for (int t = 0; t < n_tokens; ++t) {
       const uint8_t* row = win + L.k_codes_off(h) + size_t(t) * L.k_row_bytes();
       if (L.kb() == 2)

@@ -1,8 +1,9 @@
 // KIVI-style asymmetric low-bit quantization of one KV window (SPEC §5; KIVI, Liu et al.
 // 2024): keys per channel over the window's tokens (pre-RoPE), values per token in groups
-// of g channels. Scales and zero-points are stored as f16; codes are packed 4 per byte
-// (INT2) or 2 per byte (INT4), low bits first. Scalar code: quantization runs once per
-// window (the ledger keeps the codes), and decoding is a few ops per element.
+// of g channels. Scales and zero-points are stored as f16 — or, for the keys with kmeta = 8,
+// as one byte each (key_scale_of_code below); codes are packed 4 per byte (INT2) or 2 per
+// byte (INT4), low bits first. Scalar code: quantization runs once per window (the ledger
+// keeps the codes), and decoding is a few ops per element.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,10 @@ struct QuantLayout {
   int window = 8;  // tokens per window (ω)
   int group = 0;   // value group size g (divides head_dim); 0 means head_dim
   int vbits = 0;   // the values' bits, 2 or 4; 0 means `bits`
+  // The keys' per-channel scale and zero: 16 = two f16 (4 bytes a channel); 8 = a scale code
+  // and a zero code of one byte each (key_scale_of_code, key_zero_of_code): half the bytes,
+  // the step up to ~12.5 % coarser (more where a channel sits far from zero).
+  int kmeta = 16;
 
   Status validate() const;
   int g() const { return group > 0 ? group : head_dim; }
@@ -29,13 +34,15 @@ struct QuantLayout {
   // A window is n_kv_heads head blocks one after another, so attention over one KV head
   // reads one contiguous run of head_bytes() per window (prefetchable, no strided pieces):
   //   [key codes W][value codes W] packed rows of head_dim codes (W = window tokens),
-  //   then f16 [key scales d][key zeros d][value scales W·d/g][value zeros W·d/g].
+  //   then f16 [key scales d][key zeros d][value scales W·d/g][value zeros W·d/g]
+  //   (kmeta 8: u8 [key scale codes d], i8 [key zero codes d] in place of the two f16 arrays).
   size_t k_row_bytes() const { return size_t(head_dim) * kb() / 8; }
   size_t v_row_bytes() const { return size_t(head_dim) * vb() / 8; }
   size_t k_head_code_bytes() const { return size_t(window) * k_row_bytes(); }
   size_t v_head_code_bytes() const { return size_t(window) * v_row_bytes(); }
+  size_t k_meta_bytes() const { return kmeta == 8 ? 1 : 2; }  // a key scale (or zero)
   size_t head_bytes() const {
-    return k_head_code_bytes() + v_head_code_bytes() + 2 * 2 * size_t(head_dim) +
+    return k_head_code_bytes() + v_head_code_bytes() + 2 * k_meta_bytes() * size_t(head_dim) +
            2 * 2 * size_t(window) * (head_dim / g());
   }
   // Exact bytes of one window in the low-bit tier, metadata included (M_q of SPEC §3).
@@ -44,8 +51,8 @@ struct QuantLayout {
   size_t k_codes_off(int h) const { return size_t(h) * head_bytes(); }
   size_t v_codes_off(int h) const { return k_codes_off(h) + k_head_code_bytes(); }
   size_t k_scale_off(int h) const { return v_codes_off(h) + v_head_code_bytes(); }
-  size_t k_zero_off(int h) const { return k_scale_off(h) + 2 * size_t(head_dim); }
-  size_t v_scale_off(int h) const { return k_zero_off(h) + 2 * size_t(head_dim); }
+  size_t k_zero_off(int h) const { return k_scale_off(h) + k_meta_bytes() * size_t(head_dim); }
+  size_t v_scale_off(int h) const { return k_zero_off(h) + k_meta_bytes() * size_t(head_dim); }
   size_t v_zero_off(int h) const { return v_scale_off(h) + 2 * size_t(window) * (head_dim / g()); }
 };
 
@@ -60,6 +67,24 @@ inline uint16_t load_f16_bits(const uint8_t* p, size_t i) {
 inline void store_f16_bits(uint8_t* p, size_t i, uint16_t v) {
   std::memcpy(p + 2 * i, &v, sizeof v);
 }
+
+// kmeta 8: a key channel's scale code c is an 8-bit float with no sign, 5 exponent and 3
+// mantissa bits, c < 8 meaning 0: s = 2^((c >> 3) − 20)·(1 + (c & 7)/8), i.e. the f32 whose
+// bits are (c << 20) + (107 << 23) — 2^-19 … 3840. Its zero code n (int8) gives z = n·(s/2),
+// exact in f32. The quantizer takes the smallest scale code that covers the channel's
+// [lo, hi] from z = ⌊2·lo/s⌋·s/2 with the levels' steps, so every value stays within half a
+// step of its code (see kv_quant.cpp).
+inline float key_scale_of_code(uint8_t c) {
+  if (c < 8) return 0.0f;
+  const uint32_t bits = (uint32_t(c) << 20) + (107u << 23);
+  float s;
+  std::memcpy(&s, &bits, sizeof s);
+  return s;
+}
+inline float key_zero_of_code(int8_t n, float s) { return float(n) * (s * 0.5f); }
+
+// Head h's key scales and zeros as f32 (d = head_dim of each), either format.
+void key_params(const QuantLayout& L, const uint8_t* win, int h, float* s, float* z);
 
 // Quantizes a window. k_pre: f32 [window][n_kv_heads][head_dim] pre-RoPE keys;
 // v: f32 [window][n_kv_heads][head_dim]; n_tokens <= window (missing tokens code as zero and

@@ -185,7 +185,8 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
     return compute_budget(kind, shape, n_ctx, p2);
   }
   b.bits = p.bits;
-  QuantLayout ql{p.bits, shape.n_kv_heads, shape.head_dim, p.window, p.value_group, p.value_bits};
+  QuantLayout ql{p.bits,        shape.n_kv_heads, shape.head_dim, p.window,
+                 p.value_group, p.value_bits,     p.key_meta};
   QEVICT_RETURN_IF_ERROR(ql.validate());
   if (shape.head_dim > 1024)
     return Status::error("head_dim above 1024 is not supported by the low-bit tier");

@@ -195,6 +195,11 @@ void add_tier_rows(std::vector<KvOptionInfo>& r) {
                       "qevict/streaming: the low-bit tier's values at 2 or 4 bits, its keys at "
                       "--kv-bits (0: as --kv-bits)",
                       &KvCacheParams::value_bits, &KvParamsGiven::value_bits, false, "vbits"));
+  r.push_back(int_row("key_meta", "--kv-key-meta",
+                      "qevict/streaming: the low-bit tier's per-channel key scales and zeros at "
+                      "16 bits (f16) or 8 (one byte each: the window half the metadata)",
+                      &KvCacheParams::key_meta, &KvParamsGiven::key_meta, false, "kmeta"));
+  r.back().value = "16|8";
   r.push_back(int_row("group", "--kv-group",
                       "value quantization group (0: head_dim; kivi: G, default 32)",
                       &KvCacheParams::value_group, &KvParamsGiven::value_group));

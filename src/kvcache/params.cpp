@@ -52,6 +52,11 @@ Status validate_routed(const KvCacheParams& p, const PolicyInfo& row) {
   if (p.value_bits != 0 && row.kind != CacheKind::kWindowed)
     return Status::error(fmt::format(
         "--kv-value-bits applies to the tiered cache (qevict, streaming), not to {}", p.policy));
+  if (p.key_meta != 8 && p.key_meta != 16)
+    return Status::error(fmt::format("--kv-key-meta must be 16 or 8, got {}", p.key_meta));
+  if (p.key_meta != 16 && row.kind != CacheKind::kWindowed)
+    return Status::error(fmt::format(
+        "--kv-key-meta applies to the tiered cache (qevict, streaming), not to {}", p.policy));
   if (p.value_bits != 0 && p.bits == 0)
     return Status::error("--kv-value-bits needs --kv-bits 2 or 4, not auto");
   if (p.pool < 0 || p.pool > 64)
@@ -102,6 +107,9 @@ Status KvCacheParams::validate() const {
     if (pool != 0 || pool_side != PoolSide::kBoth || score != ScoreMode::kSum)
       return Status::error(fmt::format(
           "--kv-pool, --kv-pool-side and --kv-score apply to qevict, not to {}", policy));
+    if (key_meta != 16)
+      return Status::error(fmt::format(
+          "--kv-key-meta applies to the tiered cache (qevict, streaming), not to {}", policy));
     if (value_bits != 0)
       return Status::error(fmt::format(
           "--kv-value-bits applies to the tiered cache (qevict, streaming), not to {}", policy));

@@ -77,9 +77,12 @@ struct KvCacheParams {
   // a head's capacity, resolved by compute_budget; `local` is not read then.
   bool local_half_budget = false;
   // qevict's registry row sets bits 4 and value_bits 2 when neither is given (K4V2).
-  int bits = 2;                // low-bit tier: 2 or 4; 0 = auto (KvBudget::bits: 4 if it holds all)
-  int value_group = 0;         // g: value quantization group (0: head_dim)
-  int value_bits = 0;          // the low-bit tier's values: 2 or 4 (windowed caches); 0 = `bits`
+  int bits = 2;         // low-bit tier: 2 or 4; 0 = auto (KvBudget::bits: 4 if it holds all)
+  int value_group = 0;  // g: value quantization group (0: head_dim)
+  int value_bits = 0;   // the low-bit tier's values: 2 or 4 (windowed caches); 0 = `bits`
+  // The low-bit tier's key scales and zeros (windowed caches): 16 = f16, 8 = one byte each
+  // (QuantLayout::kmeta; 128 fewer bytes a window-head at head_dim 64).
+  int key_meta = 16;
   bool strict_ledger = false;  // charge ledger copies of promoted windows to the budget
   ScoreMode score = ScoreMode::kSum;
   // qevict: rank a window by the highest score within `pool` windows of it (QEvictPolicy;
@@ -111,7 +114,7 @@ struct KvCacheParams {
 struct KvParamsGiven {
   bool window = false, route_every = false, sink = false, local = false, q = false, bits = false;
   bool prefill_route = false, prefill_window = false, pool = false, value_bits = false;
-  bool value_group = false;
+  bool value_group = false, key_meta = false;
 };
 
 }  // namespace qevict

@@ -82,39 +82,43 @@ TEST_F(SessionModel, FullKvRewindThenExtendGivesTheSameLogits) {
   EXPECT_LT(max_abs_diff(a, b), 2e-2f);
 }
 
+// With f16 key scales and zeros and with one-byte ones (--kv-key-meta 8).
 TEST_F(SessionModel, TieredSaveLoadContinueIsIdentical) {
-  auto s = make({{"policy", "qevict"}, {"budget", "0.2"}});
-  Session::GenerateResult g;
-  ASSERT_TRUE(s->append(slice(0, 700), pool_).is_ok());
-  ASSERT_TRUE(s->generate(slice(700, 720), 12, greedy(), {}, pool_, nullptr, &g).is_ok());
-  ASSERT_EQ(g.tokens.size(), 12u);
-  KvReport rep;
-  s->cache().report(&rep);
-  int64_t evicted = 0, quant = 0;
-  for (const auto& l : rep.layers) evicted += l.windows_evicted, quant += l.windows_quant;
-  ASSERT_GT(quant, 0) << "the test needs a cache that compressed";
-  Session::SaveMode mode;
-  auto bytes = s->serialize(&mode);
-  ASSERT_TRUE(bytes.has_value()) << bytes.error();
-  EXPECT_EQ(mode, Session::SaveMode::kState);
+  for (const char* km : {"16", "8"}) {
+    SCOPED_TRACE(km);
+    auto s = make({{"policy", "qevict"}, {"budget", "0.2"}, {"key_meta", km}});
+    Session::GenerateResult g;
+    ASSERT_TRUE(s->append(slice(0, 700), pool_).is_ok());
+    ASSERT_TRUE(s->generate(slice(700, 720), 12, greedy(), {}, pool_, nullptr, &g).is_ok());
+    ASSERT_EQ(g.tokens.size(), 12u);
+    KvReport rep;
+    s->cache().report(&rep);
+    int64_t evicted = 0, quant = 0;
+    for (const auto& l : rep.layers) evicted += l.windows_evicted, quant += l.windows_quant;
+    ASSERT_GT(quant, 0) << "the test needs a cache that compressed";
+    Session::SaveMode mode;
+    auto bytes = s->serialize(&mode);
+    ASSERT_TRUE(bytes.has_value()) << bytes.error();
+    EXPECT_EQ(mode, Session::SaveMode::kState);
 
-  bool restored = false;
-  auto t = Session::deserialize(*model_, *bytes, pool_, &restored);
-  ASSERT_TRUE(t.has_value()) << t.error();
-  EXPECT_TRUE(restored);
-  EXPECT_EQ((*t)->tokens(), s->tokens());
-  auto again = (*t)->serialize();
-  ASSERT_TRUE(again.has_value());
-  EXPECT_TRUE(*again == *bytes) << "save → load → save changed the bytes";
+    bool restored = false;
+    auto t = Session::deserialize(*model_, *bytes, pool_, &restored);
+    ASSERT_TRUE(t.has_value()) << t.error();
+    EXPECT_TRUE(restored);
+    EXPECT_EQ((*t)->tokens(), s->tokens());
+    auto again = (*t)->serialize();
+    ASSERT_TRUE(again.has_value());
+    EXPECT_TRUE(*again == *bytes) << "save → load → save changed the bytes";
 
-  // Both continue with the same turn: the same greedy tokens, the same state after.
-  Session::GenerateResult g1, g2;
-  ASSERT_TRUE(s->generate(slice(720, 760), 24, greedy(), {}, pool_, nullptr, &g1).is_ok());
-  ASSERT_TRUE((*t)->generate(slice(720, 760), 24, greedy(), {}, pool_, nullptr, &g2).is_ok());
-  EXPECT_EQ(g1.tokens, g2.tokens);
-  auto b1 = s->serialize(), b2 = (*t)->serialize();
-  ASSERT_TRUE(b1.has_value() && b2.has_value());
-  EXPECT_TRUE(*b1 == *b2);
+    // Both continue with the same turn: the same greedy tokens, the same state after.
+    Session::GenerateResult g1, g2;
+    ASSERT_TRUE(s->generate(slice(720, 760), 24, greedy(), {}, pool_, nullptr, &g1).is_ok());
+    ASSERT_TRUE((*t)->generate(slice(720, 760), 24, greedy(), {}, pool_, nullptr, &g2).is_ok());
+    EXPECT_EQ(g1.tokens, g2.tokens);
+    auto b1 = s->serialize(), b2 = (*t)->serialize();
+    ASSERT_TRUE(b1.has_value() && b2.has_value());
+    EXPECT_TRUE(*b1 == *b2);
+  }
 }
 
 // What a server reserves for a resumed conversation (max_cache_bytes with `resumed`): only the

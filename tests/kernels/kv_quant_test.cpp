@@ -15,14 +15,15 @@ namespace {
 
 struct QCase {
   int bits, heads, dim, window, group;
-  int vbits = 0;  // the values' bits (0: bits)
+  int vbits = 0;   // the values' bits (0: bits)
+  int kmeta = 16;  // the key scales' and zeros' bits (16: f16, 8: one-byte codes)
 };
 
 class KvQuant : public ::testing::TestWithParam<QCase> {};
 
 TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
   const QCase c = GetParam();
-  QuantLayout L{c.bits, c.heads, c.dim, c.window, c.group, c.vbits};
+  QuantLayout L{c.bits, c.heads, c.dim, c.window, c.group, c.vbits, c.kmeta};
   ASSERT_TRUE(L.validate().is_ok());
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 3.0f);
@@ -43,8 +44,18 @@ TEST_P(KvQuant, ReconstructsWithinHalfAStep) {
           lo = std::min(lo, k[(size_t(t) * c.heads + h) * c.dim + ch]);
           hi = std::max(hi, k[(size_t(t) * c.heads + h) * c.dim + ch]);
         }
-        // half a step of the (f16) scale, plus the f16 rounding of the zero-point and scale.
-        const double tol = (hi - lo) / k_levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
+        // half a step of the (f16) scale, plus the f16 rounding of the zero-point and scale;
+        // kmeta 8: half a step of the stored scale, at most 1/8 above the smallest that spans
+        // [lo, hi] with the zero a whole number of half steps (≤ half a step below lo).
+        double tol = (hi - lo) / k_levels * 0.5 * 1.01 + std::fabs(lo) * 1e-3 + 1e-6;
+        if (L.kmeta == 8) {
+          std::vector<float> s(c.dim), z(c.dim);
+          key_params(L, win.data(), h, s.data(), z.data());
+          const double bound =
+              1.125 * std::max((hi - lo) / (k_levels - 0.5), std::fabs(lo) / 63.0) + 0x1p-19;
+          ASSERT_LE(s[ch], bound * (1 + 1e-6)) << "key scale h" << h << " c" << ch;
+          tol = s[ch] * 0.5 * (1 + 1e-6) + 1e-7 * std::fabs(lo);
+        }
         for (int t = 0; t < n_tokens; ++t) {
           const float want = k[(size_t(t) * c.heads + h) * c.dim + ch],
                       got = kd[size_t(t) * c.dim + ch];
@@ -73,7 +84,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, KvQuant,
                                            QCase{4, 5, 12, 4, 6}, QCase{2, 1, 4, 1, 0},
                                            // keys and values at different bits
                                            QCase{4, 3, 64, 8, 0, 2}, QCase{2, 2, 8, 32, 4, 4},
-                                           QCase{2, 5, 12, 4, 6, 4}, QCase{4, 1, 4, 1, 0, 2}));
+                                           QCase{2, 5, 12, 4, 6, 4}, QCase{4, 1, 4, 1, 0, 2},
+                                           // one-byte key scales and zeros
+                                           QCase{4, 3, 64, 8, 0, 2, 8}, QCase{2, 3, 64, 8, 0, 2, 8},
+                                           QCase{2, 2, 8, 32, 4, 4, 8},
+                                           QCase{4, 1, 4, 1, 0, 2, 8}));
 
 TEST(KvQuantLayout, BytesMatchTheDocumentedFormula) {
   QuantLayout L{2, 3, 64, 8, 0};
@@ -91,6 +106,70 @@ TEST(KvQuantLayout, BytesMatchTheDocumentedFormula) {
   EXPECT_FALSE((QuantLayout{2, 3, 64, 8, 0, 3}).validate().is_ok());
   EXPECT_FALSE((QuantLayout{4, 3, 64, 8, 2, 2}).validate().is_ok());  // a group of 2 INT2 codes
   EXPECT_FALSE((QuantLayout{2, 3, 64, 8, 7}).validate().is_ok());
+}
+
+// kmeta 8: 128 bytes of key scales and zeros a head of 64 channels instead of 256 (K4V2 at
+// head_dim 64 and 8-token windows: 544 bytes a window-head instead of 672; INT2 416).
+TEST(KvQuantLayout, OneByteKeyParamsHalveTheirBytes) {
+  const QuantLayout k4v2{4, 1, 64, 8, 0, 2}, k4v2m8{4, 1, 64, 8, 0, 2, 8};
+  const QuantLayout int2m8{2, 1, 64, 8, 0, 2, 8};
+  EXPECT_EQ(k4v2.window_bytes(), 672u);
+  EXPECT_EQ(k4v2m8.window_bytes(), 544u);
+  EXPECT_EQ(int2m8.window_bytes(), 416u);
+  EXPECT_EQ(k4v2m8.k_zero_off(0) - k4v2m8.k_scale_off(0), 64u);
+  EXPECT_EQ(k4v2m8.v_scale_off(0) - k4v2m8.k_zero_off(0), 64u);
+  EXPECT_FALSE((QuantLayout{4, 1, 64, 8, 0, 2, 12}).validate().is_ok());
+}
+
+// The scale codes: 0-7 mean 0, then an 8-bit float increasing with its code from 2^-19 to 3840.
+TEST(KvQuant, KeyScaleCodesIncreaseFromTheSmallestToTheLargest) {
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(key_scale_of_code(uint8_t(c)), 0.0f);
+  EXPECT_EQ(key_scale_of_code(8), std::ldexp(1.0f, -19));
+  EXPECT_EQ(key_scale_of_code(255), 3840.0f);
+  EXPECT_EQ(key_scale_of_code(20 << 3), 1.0f);
+  EXPECT_EQ(key_scale_of_code((20 << 3) | 4), 1.5f);
+  for (int c = 9; c < 256; ++c)
+    EXPECT_GT(key_scale_of_code(uint8_t(c)), key_scale_of_code(uint8_t(c - 1))) << c;
+  EXPECT_EQ(key_zero_of_code(-128, 2.0f), -128.0f);
+  EXPECT_EQ(key_zero_of_code(127, 0.5f), 31.75f);
+}
+
+// kmeta 8 where a channel is awkward for a one-byte zero: far from 0 against its spread (the
+// scale grows to reach it: still within half a step, the step ≤ |lo|/63·1.125), constant, all
+// zeros, tiny, and past the largest scale (clamped, finite).
+TEST(KvQuant, OneByteKeyParamsOnAwkwardChannels) {
+  const int d = 8;
+  QuantLayout L{4, 1, d, 8, 0, 2, 8};
+  std::vector<float> k(8 * d), v(8 * d, 0.5f);
+  for (int t = 0; t < 8; ++t) {
+    k[t * d + 0] = 50.0f + 0.1f * t;  // far from zero
+    k[t * d + 1] = -50.0f - 0.1f * t;
+    k[t * d + 2] = 3.0f;                      // constant
+    k[t * d + 3] = 0.0f;                      // zeros
+    k[t * d + 4] = 1e-7f * float(t);          // tiny
+    k[t * d + 5] = t % 2 ? 1e6f : -1e6f;      // past the largest scale
+    k[t * d + 6] = -0.25f + 0.5f * float(t);  // an ordinary one
+    k[t * d + 7] = 0.001f * float(t) - 0.0035f;
+  }
+  std::vector<uint8_t> win(L.window_bytes());
+  quantize_window(L, k.data(), v.data(), 8, win.data());
+  std::vector<float> kd(8 * d), s(d), z(d);
+  dequantize_window_head(L, win.data(), 0, 8, kd.data(), nullptr);
+  key_params(L, win.data(), 0, s.data(), z.data());
+  for (int c = 0; c < d; ++c) {
+    for (int t = 0; t < 8; ++t) {
+      EXPECT_TRUE(std::isfinite(kd[t * d + c])) << c;
+      if (c == 5) continue;
+      EXPECT_NEAR(kd[t * d + c], k[t * d + c], s[c] * 0.5 * (1 + 1e-6) + 1e-12)
+          << "c" << c << " t" << t;
+    }
+  }
+  EXPECT_LE(s[0], 50.0 / 63.0 * 1.125);
+  EXPECT_LE(s[1], 50.7 / 63.0 * 1.125);
+  EXPECT_EQ(s[3], 0.0f);
+  EXPECT_EQ(kd[3], 0.0f);
+  EXPECT_EQ(s[5], 3840.0f);  // saturated
+  EXPECT_LE(s[6], 3.5 / 14.5 * 1.125 + 1e-6);
 }
 
 TEST(KvQuant, ConstantChannelsReconstructExactly) {

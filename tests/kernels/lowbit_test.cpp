@@ -23,7 +23,8 @@ namespace {
 struct LbShape {
   int bits, d, window, group, n_rot;
   RopeStyle style;
-  int vbits = 0;  // the values' bits (0: bits)
+  int vbits = 0;   // the values' bits (0: bits)
+  int kmeta = 16;  // the key scales' and zeros' bits (16: f16, 8: codes)
 };
 
 constexpr float kSentinel = 12345.0f;
@@ -33,7 +34,7 @@ class LowbitDecode : public ::testing::TestWithParam<LbShape> {};
 TEST_P(LowbitDecode, MatchesScalarReference) {
   const LbShape sh = GetParam();
   const int H = 3, h = 2, d = sh.d, W = sh.window;
-  QuantLayout L{sh.bits, H, d, W, sh.group, sh.vbits};
+  QuantLayout L{sh.bits, H, d, W, sh.group, sh.vbits, sh.kmeta};
   ASSERT_TRUE(L.validate().is_ok());
   RopeParams rp;
   rp.style = sh.style;
@@ -102,7 +103,13 @@ INSTANTIATE_TEST_SUITE_P(
         // keys and values at different bits
         LbShape{4, 64, 8, 0, 64, RopeStyle::kNormal, 2},
         LbShape{2, 40, 32, 4, 40, RopeStyle::kNeox, 4},
-        LbShape{4, 72, 1, 8, 48, RopeStyle::kNormal, 2}));
+        LbShape{4, 72, 1, 8, 48, RopeStyle::kNormal, 2},
+        // one-byte key scales and zeros (kmeta 8): the engine's layouts, a head dim that is not
+        // a multiple of the vector, a partial rotation
+        LbShape{4, 64, 8, 0, 64, RopeStyle::kNormal, 2, 8},
+        LbShape{2, 64, 8, 0, 64, RopeStyle::kNeox, 0, 8},
+        LbShape{4, 40, 8, 0, 40, RopeStyle::kNeox, 2, 8},
+        LbShape{2, 72, 13, 8, 48, RopeStyle::kNormal, 4, 8}));
 
 // qwin_pv_accumulate (P·V from the codes) against decoded values summed in double: INT2 and
 // INT4, 1..8 query heads, partial windows, value groups of one or more vectors, head dims
@@ -250,85 +257,88 @@ TEST(QwinScores, BitForBitKeysThenScoresAndNearReference) {
     for (int bits : {2, 4})
       for (int d : {16, 48, 64, 128, 40})
         for (int W : {8, 13, 64, 1})
-          for (int g : {1, 3, 6, 7, 16}) {  // 3, 6, 7: the unrolled head counts
-            QuantLayout L{bits, 2, d, W, 0, 2};
-            if (!L.validate().is_ok()) continue;
-            RopeParams rp;
-            rp.style = style;
-            rp.n_rot = d;
-            rp.freq_base = 10000.0f;
-            const RopeTable rope(rp, d, int64_t(1) << 16);
-            if (!qwin_scores_supported(L, rope, g)) {
+          for (int g : {1, 3, 6, 7, 16})  // 3, 6, 7: the unrolled head counts
+            for (int kmeta : {16, 8}) {   // f16 key scales and zeros, or one-byte codes
+              QuantLayout L{bits, 2, d, W, 0, 2, kmeta};
+              if (!L.validate().is_ok()) continue;
+              RopeParams rp;
+              rp.style = style;
+              rp.n_rot = d;
+              rp.freq_base = 10000.0f;
+              const RopeTable rope(rp, d, int64_t(1) << 16);
+              if (!qwin_scores_supported(L, rope, g)) {
 #if defined(__x86_64__)
-              if (__builtin_cpu_supports("avx2")) {
-                ASSERT_FALSE(d == 64 && W == 8 && g <= 16)
-                    << "the engine's layout must take the fused path";
-              }
+                if (__builtin_cpu_supports("avx2")) {
+                  ASSERT_FALSE(d == 64 && W == 8 && g <= 16)
+                      << "the engine's layout must take the fused path";
+                }
 #endif
-              continue;
-            }
-            std::mt19937 rng(bits * 1000 + d * 10 + g + W);
-            std::normal_distribution<float> dist(0.0f, 1.0f);
-            std::vector<float> k(size_t(W) * 2 * d), v(k.size());
-            for (auto& x : k) x = 3.0f * dist(rng) + 0.5f;
-            for (auto& x : v) x = dist(rng);
-            std::vector<uint8_t> win(L.window_bytes() + 3);
-            quantize_window(L, k.data(), v.data(), W, win.data() + 3);
-            const uint8_t* w = win.data() + 3;
-            // row0: the in-window rotation, and the last rows of the table's first level.
-            for (int row0 : {0, RopeTable::kLevelRows - W})
-              for (int n : {W, W / 2 + 1, 1}) {
-                const int64_t ldq = d + 1, lds = n + 2;
-                std::vector<float> q(size_t(g) * ldq);
-                for (auto& x : q) x = dist(rng);
-                const float scale = 0.125f;
-                std::vector<float> got(size_t(g) * lds, kSentinel), two(got.size(), kSentinel);
-                const bool nibbles = qwin_scores_by_nibbles(L, rope);
-                qwin_scores(L, w, 1, n, rope, row0, q.data(), ldq, g, scale, got.data(), lds);
-                {  // in two steps (the query prepared once, as the decode does): bit for bit
-                  std::vector<float> qp(size_t(g) * d + 1), two_step(got.size(), kSentinel);
-                  qwin_scores_query(L, rope, q.data(), ldq, g, qp.data() + 1);
-                  qwin_scores_prepared(L, w, 1, n, rope, row0, qp.data() + 1, g, scale,
-                                       two_step.data(), lds);
-                  for (size_t i = 0; i < got.size(); ++i)
-                    ASSERT_EQ(two_step[i], got[i]) << "prepared query, bits " << bits << " d " << d
-                                                   << " g " << g << " n " << n << " at " << i;
-                }
-                std::vector<float> kd(size_t(n) * d), kr(size_t(n) * d);
-                qwin_keys(L, w, 1, n, rope, row0, kd.data(), d);
-                qk_scores_f32(q.data(), ldq, g, kd.data(), d, n, d, scale, two.data(), lds);
-                ref::qwin_keys(L, w, 1, n, rp, row0, kr.data(), d);
-                for (int j = 0; j < g; ++j) {
-                  for (int64_t t = n; t < lds; ++t) ASSERT_EQ(got[j * lds + t], kSentinel);
-                  for (int t = 0; t < n; ++t) {
-                    double dot = 0.0, mag = 0.0;
-                    for (int c = 0; c < d; ++c) {
-                      dot += double(q[j * ldq + c]) * kr[t * d + c];
-                      mag += std::fabs(double(q[j * ldq + c]) * kr[t * d + c]);
-                    }
-                    // INT4 keys in nibble order (RopeTable pair rows, head_dim a multiple of
-                    // two vectors, of four for kNeox): the same rotated keys, the channels
-                    // summed in another order; else bit for bit.
-                    if (nibbles) {
-                      ++nibble_checked;
-                      ASSERT_NEAR(got[j * lds + t], two[j * lds + t], scale * d * 1.2e-7 * mag)
-                          << "bits " << bits << " d " << d << " W " << W << " g " << g;
-                    } else {
-                      ASSERT_EQ(got[j * lds + t], two[j * lds + t])
-                          << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n
-                          << " head " << j << " token " << t << " style " << int(style) << " row0 "
-                          << row0;
-                    }
-                    // Keys within a few roundings of the reference (LowbitDecode), then d
-                    // products summed in another order.
-                    ASSERT_NEAR(got[j * lds + t], scale * dot,
-                                scale * (d + 16) * 6e-8 * (mag + 1.0))
-                        << "bits " << bits << " d " << d << " W " << W << " g " << g << " n " << n;
-                  }
-                }
-                ++checked;
+                continue;
               }
-          }
+              std::mt19937 rng(bits * 1000 + d * 10 + g + W);
+              std::normal_distribution<float> dist(0.0f, 1.0f);
+              std::vector<float> k(size_t(W) * 2 * d), v(k.size());
+              for (auto& x : k) x = 3.0f * dist(rng) + 0.5f;
+              for (auto& x : v) x = dist(rng);
+              std::vector<uint8_t> win(L.window_bytes() + 3);
+              quantize_window(L, k.data(), v.data(), W, win.data() + 3);
+              const uint8_t* w = win.data() + 3;
+              // row0: the in-window rotation, and the last rows of the table's first level.
+              for (int row0 : {0, RopeTable::kLevelRows - W})
+                for (int n : {W, W / 2 + 1, 1}) {
+                  const int64_t ldq = d + 1, lds = n + 2;
+                  std::vector<float> q(size_t(g) * ldq);
+                  for (auto& x : q) x = dist(rng);
+                  const float scale = 0.125f;
+                  std::vector<float> got(size_t(g) * lds, kSentinel), two(got.size(), kSentinel);
+                  const bool nibbles = qwin_scores_by_nibbles(L, rope);
+                  qwin_scores(L, w, 1, n, rope, row0, q.data(), ldq, g, scale, got.data(), lds);
+                  {  // in two steps (the query prepared once, as the decode does): bit for bit
+                    std::vector<float> qp(size_t(g) * d + 1), two_step(got.size(), kSentinel);
+                    qwin_scores_query(L, rope, q.data(), ldq, g, qp.data() + 1);
+                    qwin_scores_prepared(L, w, 1, n, rope, row0, qp.data() + 1, g, scale,
+                                         two_step.data(), lds);
+                    for (size_t i = 0; i < got.size(); ++i)
+                      ASSERT_EQ(two_step[i], got[i])
+                          << "prepared query, bits " << bits << " d " << d << " g " << g << " n "
+                          << n << " at " << i;
+                  }
+                  std::vector<float> kd(size_t(n) * d), kr(size_t(n) * d);
+                  qwin_keys(L, w, 1, n, rope, row0, kd.data(), d);
+                  qk_scores_f32(q.data(), ldq, g, kd.data(), d, n, d, scale, two.data(), lds);
+                  ref::qwin_keys(L, w, 1, n, rp, row0, kr.data(), d);
+                  for (int j = 0; j < g; ++j) {
+                    for (int64_t t = n; t < lds; ++t) ASSERT_EQ(got[j * lds + t], kSentinel);
+                    for (int t = 0; t < n; ++t) {
+                      double dot = 0.0, mag = 0.0;
+                      for (int c = 0; c < d; ++c) {
+                        dot += double(q[j * ldq + c]) * kr[t * d + c];
+                        mag += std::fabs(double(q[j * ldq + c]) * kr[t * d + c]);
+                      }
+                      // INT4 keys in nibble order (RopeTable pair rows, head_dim a multiple of
+                      // two vectors, of four for kNeox): the same rotated keys, the channels
+                      // summed in another order; else bit for bit.
+                      if (nibbles) {
+                        ++nibble_checked;
+                        ASSERT_NEAR(got[j * lds + t], two[j * lds + t], scale * d * 1.2e-7 * mag)
+                            << "bits " << bits << " d " << d << " W " << W << " g " << g;
+                      } else {
+                        ASSERT_EQ(got[j * lds + t], two[j * lds + t])
+                            << "bits " << bits << " d " << d << " W " << W << " g " << g << " n "
+                            << n << " head " << j << " token " << t << " style " << int(style)
+                            << " row0 " << row0;
+                      }
+                      // Keys within a few roundings of the reference (LowbitDecode), then d
+                      // products summed in another order.
+                      ASSERT_NEAR(got[j * lds + t], scale * dot,
+                                  scale * (d + 16) * 6e-8 * (mag + 1.0))
+                          << "bits " << bits << " d " << d << " W " << W << " g " << g << " n "
+                          << n;
+                    }
+                  }
+                  ++checked;
+                }
+            }
   EXPECT_GT(checked, 100);
 #if defined(__x86_64__)
   // The engine's INT4 layout (head_dim 64) takes the nibble path on AVX2 and AVX-512, both

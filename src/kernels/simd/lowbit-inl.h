@@ -153,6 +153,32 @@ inline void RopeRows(const RopeParams& p, int d, const float* cosx, const float*
   for (int r = 0; r < n; ++r) RotateRow(p, d, cosx, sinx, inverse, x + r * ldx, out + r * ldo);
 }
 
+// Head h's key scales and zeros of channels [c, c + N) as vectors, either format
+// (kv_quant.h: f16, or kmeta 8's codes — the same f32 values as key_params).
+HWY_INLINE void KeyParamVecs(const QuantLayout& L, const uint8_t* win, int h, int c,
+                             hl::Vec<LbTag>* s, hl::Vec<LbTag>* z) {
+  const LbTag df;
+  if (L.kmeta == 8) {
+    const hl::RebindToUnsigned<LbTag> du;
+    const hl::RebindToSigned<LbTag> di;
+    const hl::Rebind<uint8_t, decltype(du)> d8;
+    const hl::Rebind<int8_t, decltype(di)> di8;
+    const auto code = hl::PromoteTo(du, hl::LoadU(d8, win + L.k_scale_off(h) + c));
+    const auto bits = hl::Add(hl::ShiftLeft<20>(code), hl::Set(du, 107u << 23));
+    const auto zero = hl::RebindMask(du, hl::Lt(hl::BitCast(di, code), hl::Set(di, 8)));
+    *s = hl::BitCast(df, hl::IfThenZeroElse(zero, bits));
+    const auto n = hl::PromoteTo(
+        di, hl::LoadU(di8, reinterpret_cast<const int8_t*>(win + L.k_zero_off(h)) + c));
+    *z = hl::Mul(hl::ConvertTo(df, n), hl::Mul(*s, hl::Set(df, 0.5f)));
+    return;
+  }
+  const hl::Rebind<hwy::float16_t, LbTag> dh;
+  *s = hl::PromoteTo(
+      df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(win + L.k_scale_off(h)) + c));
+  *z = hl::PromoteTo(
+      df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(win + L.k_zero_off(h)) + c));
+}
+
 inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, const RopeTable& rope,
                      int row0, float* k, int64_t ldk) {
   const LbTag df;
@@ -160,22 +186,20 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
   const int d = L.head_dim, bits = L.kb();
   assert(rope.head_dim() == d && d <= 1024 && row0 >= 0 && row0 + L.window <= rope.limit());
   const size_t row_bytes = L.k_row_bytes();
-  const uint8_t* ks = win + L.k_scale_off(h);  // any alignment: LoadU/memcpy
-  const uint8_t* kz = win + L.k_zero_off(h);
   HWY_ALIGN float s[1024], z[1024], pre[1024], cwide[1024], swide[1024];
   {
-    const hl::Rebind<hwy::float16_t, LbTag> dh;
     int c = 0;
-    for (; c + N <= d; c += N) {
-      hl::Store(
-          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(ks + 2 * c))), df,
-          s + c);
-      hl::Store(
-          hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(kz + 2 * c))), df,
-          z + c);
+    for (; c + N <= d; c += N) {  // any alignment: LoadU
+      hl::Vec<LbTag> sv, zv;
+      KeyParamVecs(L, win, h, c, &sv, &zv);
+      hl::Store(sv, df, s + c);
+      hl::Store(zv, df, z + c);
     }
-    for (; c < d; ++c)
-      s[c] = f16_to_f32(load_f16_bits(ks, c)), z[c] = f16_to_f32(load_f16_bits(kz, c));
+    if (c < d) {  // the tail channels, scalar (the same values)
+      HWY_ALIGN float st[1024], zt[1024];
+      key_params(L, win, h, st, zt);
+      for (; c < d; ++c) s[c] = st[c], z[c] = zt[c];
+    }
   }
   const RopeParams& rp = rope.params();
   const int dv = d / N * N;
@@ -287,14 +311,8 @@ HWY_INLINE void QwinScoresDv(const QuantLayout& L, const uint8_t* win, int h, in
   const LbTag df;
   const int N = static_cast<int>(hl::Lanes(df));
   const size_t row_bytes = L.k_row_bytes();
-  const uint8_t* ks = win + L.k_scale_off(h);
-  const uint8_t* kz = win + L.k_zero_off(h);
-  const hl::Rebind<hwy::float16_t, LbTag> dh;
   hl::Vec<LbTag> sv[DV], zv[DV];
-  for (int k = 0; k < DV; ++k) {
-    sv[k] = hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(ks) + k * N));
-    zv[k] = hl::PromoteTo(df, hl::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(kz) + k * N));
-  }
+  for (int k = 0; k < DV; ++k) KeyParamVecs(L, win, h, k * N, &sv[k], &zv[k]);
   const CodeUnpacker<KB> unpack;
   const bool neox = rope.params().style == RopeStyle::kNeox;
   HWY_ALIGN float accs[16 * T * 16];  // [head][token][lane]
@@ -388,14 +406,8 @@ HWY_INLINE void QwinScores4Dv(const QuantLayout& L, const uint8_t* win, int h, i
   const size_t row_bytes = L.k_row_bytes();
   hl::Vec<LbTag> sv[DV], zv[DV];
   {
-    const hl::Rebind<hwy::float16_t, LbTag> dh;
-    const auto* ks = reinterpret_cast<const hwy::float16_t*>(win + L.k_scale_off(h));
-    const auto* kz = reinterpret_cast<const hwy::float16_t*>(win + L.k_zero_off(h));
     hl::Vec<LbTag> sn[DV], zn[DV];
-    for (int k = 0; k < DV; ++k) {
-      sn[k] = hl::PromoteTo(df, hl::LoadU(dh, ks + k * N));
-      zn[k] = hl::PromoteTo(df, hl::LoadU(dh, kz + k * N));
-    }
+    for (int k = 0; k < DV; ++k) KeyParamVecs(L, win, h, k * N, &sn[k], &zn[k]);
     ToNibbleOrder<DV>(sn, sv);
     ToNibbleOrder<DV>(zn, zv);
   }
