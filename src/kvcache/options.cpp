@@ -197,7 +197,7 @@ void add_tier_rows(std::vector<KvOptionInfo>& r) {
                       &KvCacheParams::value_bits, &KvParamsGiven::value_bits, false, "vbits"));
   r.push_back(int_row("key_meta", "--kv-key-meta",
                       "qevict/streaming: the low-bit tier's per-channel key scales and zeros at "
-                      "16 bits (f16) or 8 (one byte each: the window half the metadata)",
+                      "16 bits (f16) or 8 (one byte each: half the key metadata bytes)",
                       &KvCacheParams::key_meta, &KvParamsGiven::key_meta, false, "kmeta"));
   r.back().value = "16|8";
   r.push_back(int_row("group", "--kv-group",
