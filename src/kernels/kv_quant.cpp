@@ -49,13 +49,16 @@ void params(float lo, float hi, int levels, uint16_t* s16, uint16_t* z16, float*
   *s = f16_to_f32(*s16);
 }
 
-// kmeta 8 (kv_quant.h): the smallest scale code whose grid z + {0..levels}·s, with
-// z = ⌊2·lo/s⌋·s/2 and that zero code in int8, covers [lo, hi]; the largest code when none
-// does (values past it clamp). A channel of zeros, or one that is not finite, codes as 0.
+// kmeta 8 (kv_quant.h): the smallest scale code whose grid z + {0..levels}·s puts a point
+// within half a step of every value in [lo, hi] — z = ⌊2·lo/s + 1⌋·s/2, in (lo, lo + s/2], that
+// zero code in int8, and z + (levels + ½)·s ≥ hi — so s can be as fine as (hi − lo)/(levels + ½)
+// where the f16 grid's min-max ends need (hi − lo)/levels (INT2: 3.5 steps against 3); the
+// largest code when none does (values past it clamp). A channel of zeros, or one that is not
+// finite, codes as 0.
 void params8(float lo, float hi, int levels, uint8_t* sc, int8_t* zc, float* s, float* z) {
   *sc = 0, *zc = 0, *s = 0.0f, *z = 0.0f;
   if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0.0f && hi == 0.0f)) return;
-  const double want = std::max(double(hi - lo) / levels, std::fabs(double(lo)) / 64.0);
+  const double want = std::max(double(hi - lo) / (levels + 0.5), std::fabs(double(lo)) / 64.0);
   int c = 8;  // the smallest nonzero scale, 2^-19
   if (want > 0.0) {
     int e2 = 0;
@@ -66,11 +69,11 @@ void params8(float lo, float hi, int levels, uint8_t* sc, int8_t* zc, float* s, 
   }
   for (;; ++c) {
     const float sv = key_scale_of_code(uint8_t(c));
-    const double n = std::floor(2.0 * double(lo) / double(sv));
+    const double n = std::floor(2.0 * double(lo) / double(sv) + 1.0);
     const bool in_range = n >= -128.0 && n <= 127.0;
     const double nc = std::clamp(n, -128.0, 127.0);
     const float zv = key_zero_of_code(int8_t(nc), sv);
-    if ((in_range && double(zv) + double(levels) * double(sv) >= double(hi)) || c == 255) {
+    if ((in_range && double(zv) + (levels + 0.5) * double(sv) >= double(hi)) || c == 255) {
       *sc = uint8_t(c), *zc = int8_t(nc), *s = sv, *z = zv;
       return;
     }

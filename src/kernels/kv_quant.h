@@ -71,9 +71,9 @@ inline void store_f16_bits(uint8_t* p, size_t i, uint16_t v) {
 // kmeta 8: a key channel's scale code c is an 8-bit float with no sign, 5 exponent and 3
 // mantissa bits, c < 8 meaning 0: s = 2^((c >> 3) − 20)·(1 + (c & 7)/8), i.e. the f32 whose
 // bits are (c << 20) + (107 << 23) — 2^-19 … 3840. Its zero code n (int8) gives z = n·(s/2),
-// exact in f32. The quantizer takes the smallest scale code that covers the channel's
-// [lo, hi] from z = ⌊2·lo/s⌋·s/2 with the levels' steps, so every value stays within half a
-// step of its code (see kv_quant.cpp).
+// exact in f32. The quantizer takes the smallest scale code whose grid has a point within half
+// a step of every value of the channel's [lo, hi] (the grid's ends inside it by up to half a
+// step, not on lo and hi as the f16 layout's are; see kv_quant.cpp).
 inline float key_scale_of_code(uint8_t c) {
   if (c < 8) return 0.0f;
   const uint32_t bits = (uint32_t(c) << 20) + (107u << 23);
