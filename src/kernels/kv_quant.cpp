@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -193,22 +194,24 @@ inline void decode_run(const uint8_t* __restrict__ row, int c0, int n, float s, 
 
 }  // namespace
 
-void key_params(const QuantLayout& L, const uint8_t* win, int h, float* s, float* z) {
+void key_params(const QuantLayout& L, const uint8_t* win, int h, float* s, float* z, int c0) {
   const int d = L.head_dim;
+  assert(c0 >= 0 && c0 <= d);
   const uint8_t* ks = win + L.k_scale_off(h);
   const uint8_t* kz = win + L.k_zero_off(h);
   if (L.kmeta == 8) {
-    for (int c = 0; c < d; ++c) {
+    for (int c = c0; c < d; ++c) {
       s[c] = key_scale_of_code(ks[c]);
       z[c] = key_zero_of_code(int8_t(kz[c]), s[c]);
     }
     return;
   }
-  uint16_t s16[1024], z16[1024];        // head_dim <= 1024 (checked by the cache factory)
-  std::memcpy(s16, ks, 2 * size_t(d));  // any alignment
-  std::memcpy(z16, kz, 2 * size_t(d));
-  half_to_f32(HalfType::kF16, s16, s, d);  // F16C / SIMD conversion
-  half_to_f32(HalfType::kF16, z16, z, d);
+  const int n = d - c0;
+  uint16_t s16[1024], z16[1024];  // head_dim <= 1024 (checked by the cache factory)
+  std::memcpy(s16, ks + 2 * size_t(c0), 2 * size_t(n));  // any alignment
+  std::memcpy(z16, kz + 2 * size_t(c0), 2 * size_t(n));
+  half_to_f32(HalfType::kF16, s16, s + c0, n);  // F16C / SIMD conversion
+  half_to_f32(HalfType::kF16, z16, z + c0, n);
 }
 
 void dequantize_window_head(const QuantLayout& L, const uint8_t* win, int h, int n_tokens,

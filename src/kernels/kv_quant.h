@@ -83,8 +83,9 @@ inline float key_scale_of_code(uint8_t c) {
 }
 inline float key_zero_of_code(int8_t n, float s) { return float(n) * (s * 0.5f); }
 
-// Head h's key scales and zeros as f32 (d = head_dim of each), either format.
-void key_params(const QuantLayout& L, const uint8_t* win, int h, float* s, float* z);
+// Head h's key scales and zeros as f32, either format: channels [c0, head_dim) into
+// s[c0..head_dim) and z[c0..head_dim) (c0 = 0: the whole head; a SIMD path's tail channels).
+void key_params(const QuantLayout& L, const uint8_t* win, int h, float* s, float* z, int c0 = 0);
 
 // Quantizes a window. k_pre: f32 [window][n_kv_heads][head_dim] pre-RoPE keys;
 // v: f32 [window][n_kv_heads][head_dim]; n_tokens <= window (missing tokens code as zero and

@@ -111,6 +111,11 @@ size_t min_history_bytes(const KvBudget& b, double q) {
 
 }  // namespace
 
+QuantLayout quant_layout(const KvCacheParams& p, const KvShape& shape) {
+  return QuantLayout{p.bits,        shape.n_kv_heads, shape.head_dim, p.window,
+                     p.value_group, p.value_bits,     p.key_meta};
+}
+
 Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t n_ctx,
                                   const KvCacheParams& p) {
   QEVICT_RETURN_IF_ERROR(shape.validate());
@@ -185,8 +190,7 @@ Expected<KvBudget> compute_budget(CacheKind kind, const KvShape& shape, int64_t 
     return compute_budget(kind, shape, n_ctx, p2);
   }
   b.bits = p.bits;
-  QuantLayout ql{p.bits,        shape.n_kv_heads, shape.head_dim, p.window,
-                 p.value_group, p.value_bits,     p.key_meta};
+  const QuantLayout ql = quant_layout(p, shape);
   QEVICT_RETURN_IF_ERROR(ql.validate());
   if (shape.head_dim > 1024)
     return Status::error("head_dim above 1024 is not supported by the low-bit tier");

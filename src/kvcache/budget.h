@@ -106,6 +106,11 @@ struct KvBudget {
   std::string floor_tag() const;
 };
 
+// The low-bit tier's layout a windowed cache of `params` stores (--kv-bits, --kv-value-bits,
+// --kv-key-meta, the window and value group) for `shape`: the one place it is built, for the
+// budget's bytes and the store's pool alike. params.bits is 2, 3 or 4 here (auto resolved).
+QuantLayout quant_layout(const KvCacheParams& params, const KvShape& shape);
+
 // Computes the budget of a cache of `kind` for at most n_ctx tokens, or says why the
 // params cannot make one (no budget given, a budget in bytes or tokens below sink + local, ...;
 // kQuantized: a budget given, which a pure quantizer cannot meet). A fraction below the fixed

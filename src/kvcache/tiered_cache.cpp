@@ -17,8 +17,7 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       p_(params),
       budget_(budget),
       policy_(std::move(policy)),
-      qlayout_{p_.bits,        shape.n_kv_heads, shape.head_dim, p_.window,
-               p_.value_group, p_.value_bits,    p_.key_meta},
+      qlayout_(quant_layout(p_, shape)),
       // Only low-bit windows need the table (their keys are stored before RoPE): a cache
       // without a Q tier (StreamingLLM, two-tier) holds none.
       // (and a staged prompt's).

@@ -20,7 +20,7 @@ struct Row {
   const char* help;
   const char* type;
   double value = 0.0;
-  std::optional<std::array<size_t, 3>> by_tier;
+  std::optional<std::array<size_t, 3>> by_tier = std::nullopt;
 };
 
 }  // namespace

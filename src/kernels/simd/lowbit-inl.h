@@ -195,11 +195,7 @@ inline void QwinKeys(const QuantLayout& L, const uint8_t* win, int h, int n, con
       hl::Store(sv, df, s + c);
       hl::Store(zv, df, z + c);
     }
-    if (c < d) {  // the tail channels, scalar (the same values)
-      HWY_ALIGN float st[1024], zt[1024];
-      key_params(L, win, h, st, zt);
-      for (; c < d; ++c) s[c] = st[c], z[c] = zt[c];
-    }
+    if (c < d) key_params(L, win, h, s, z, c);  // the tail channels, scalar (the same values)
   }
   const RopeParams& rp = rope.params();
   const int dv = d / N * N;
