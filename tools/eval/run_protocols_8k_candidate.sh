@@ -7,9 +7,11 @@
 # here (paired) and gains under `after`/`multi`; then the test split reports it.
 # Estimate: ~2 h a round of 13 tasks on 2 cores (an 8K text's prefill ~2 min per protocol);
 # SAMPLES=N rounds (default 5). Resumable; QEVICT_BIN=PATH runs a copy of the binary.
+# VARIANTS=LIST runs other columns on the same prompts and folder (run_kmeta_8k.sh does).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source tools/eval/grid_common.sh
 grid_rounds "${SAMPLES:-5}" --lengths 8192 --seed 0 --haystack essay --protocol end,after,multi \
-  --tasks "$RULER13" --variants "full,$QEVICT_DEFAULT,$QEVICT_INT2:q=0.9,layer-defensivekv" \
+  --tasks "$RULER13" \
+  --variants "${VARIANTS:-full,$QEVICT_DEFAULT,$QEVICT_INT2:q=0.9,layer-defensivekv}" \
   --budgets 0.2 --out results/eval/protocols-8k
