@@ -139,7 +139,9 @@ def plot(table, path):
         return
     protos = [p for p in PROTOCOLS if any(t["protocol"] == p for t in table)]
     cols = sorted({t["column"] for t in table}, key=lambda c: (c != "full", c))
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    # Up to 20 columns in distinct colours, the legend beside the axes (it hid bars inside).
+    fig, ax = plt.subplots(figsize=(12, 4.8))
+    colours = plt.get_cmap("tab20" if len(cols) > 10 else "tab10").colors
     width = 0.8 / max(len(cols), 1)
     for i, c in enumerate(cols):
         xs, ys, lo, hi = [], [], [], []
@@ -151,11 +153,12 @@ def plot(table, path):
                 lo.append(t[0]["mean"] - t[0]["ci95_low"])
                 hi.append(t[0]["ci95_high"] - t[0]["mean"])
         label = c.replace("qevict:route=end:prefill_window=32:pool=2:", "qevict:")
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label,
+               color=colours[i % len(colours)])
     ax.set_xticks(range(len(protos)))
     ax.set_xticklabels(protos)
     ax.set_ylabel("score (macro over tasks, %)")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
