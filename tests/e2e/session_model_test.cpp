@@ -165,7 +165,9 @@ TEST_F(SessionModel, ResumedTurnStaysWithinItsReservation) {
         route, (long long)resumed, feed.size(), most / 1048576.0, *bound / 1048576.0,
         *fresh / 1048576.0);
     EXPECT_LE(most, *bound);
-    if (std::string(route) == "end") EXPECT_LT(*bound, *fresh * 3 / 4);
+    if (std::string(route) == "end") {
+      EXPECT_LT(*bound, *fresh * 3 / 4);
+    }
   }
   // FullKV reserves its pages whatever was resumed.
   auto f = make_kv_params({{"policy", "full"}});
