@@ -50,11 +50,11 @@ void matmul_set_amx(bool on);
 constexpr int64_t kMatmulPerTokenMaxTokens = 31;
 
 // The 8-bit-activation path (kernels/simd/matmul_q8.h: calls of fewer than 32 tokens with
-// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights, on CPUs with AVX-512 VNNI; X quantized per 32-block to d q with
-// d = amax / 127, as llama.cpp does, so |error| <= sum_k |W[r,k]| d_k / 2 + f32 summation): on by
-// default, off with matmul_set_q8(false) (the CLI's --matmul f32, or QEVICT_Q8=0 read by the
-// frontends), which restores the exact path for those calls. A token's result does not depend on
-// the other tokens of its call.
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K weights, on CPUs with AVX-512 VNNI; X quantized per 32-block
+// to d q with d = amax / 127, as llama.cpp does, so |error| <= sum_k |W[r,k]| d_k / 2 + f32
+// summation): on by default, off with matmul_set_q8(false) (the CLI's --matmul f32, or QEVICT_Q8=0
+// read by the frontends), which restores the exact path for those calls. A token's result does not
+// depend on the other tokens of its call.
 bool matmul_q8_enabled();
 void matmul_set_q8(bool on);
 

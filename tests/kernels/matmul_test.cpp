@@ -529,10 +529,20 @@ class MatmulQ8 : public ::testing::Test {
 };
 
 const GgmlType kQ8Types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                             GgmlType::kQ8_0};
+                             GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
 
-// m_w of block b of a row (Q4_1/Q5_1), else 0.
+bool k_quant(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ6_K; }
+
+// m_w of 32-block b of a row (Q4_1/Q5_1; Q4_K: dmin times its sub-block's min), else 0.
 float block_m(GgmlType t, const uint8_t* row, int64_t b) {
+  if (t == GgmlType::kQ4_K) {
+    const uint8_t* sb = row + (b / 8) * ggml_type_info(t)->block_bytes;
+    int scale, min;
+    ref::q4_k_scale_min(sb + 4, static_cast<int>(b % 8), &scale, &min);
+    uint16_t h;
+    std::memcpy(&h, sb + 2, 2);
+    return f16_to_f32(h) * static_cast<float>(min);
+  }
   if (t != GgmlType::kQ4_1 && t != GgmlType::kQ5_1) return 0.0f;
   uint16_t h;
   std::memcpy(&h, row + b * ggml_type_info(t)->block_bytes + 2, 2);
@@ -615,11 +625,14 @@ void check_q8(GgmlType type, const Shape& s, uint32_t seed, float x_scale = 1.0f
 }
 
 // Token counts around the 4-token tile and up to 31 (32 goes elsewhere), row counts around
-// the 4-row tile, odd and even block counts (an odd count ends on a half pair).
+// the 4-row tile, odd and even block counts (an odd count ends on a half pair); the K-quants'
+// rows are whole 256-element super-blocks (1, 2 and 5 of them).
 TEST_F(MatmulQ8, AwkwardShapesMatchTheReferences) {
   uint32_t seed = 8000;
   for (GgmlType type : kQ8Types) {
-    for (int64_t k : {32, 64, 96, 160, 576}) {
+    const std::vector<int64_t> ks = k_quant(type) ? std::vector<int64_t>{256, 512, 1280}
+                                                  : std::vector<int64_t>{32, 64, 96, 160, 576};
+    for (int64_t k : ks) {
       for (int64_t t : {1, 2, 3, 4, 5, 7, 9, 31}) {
         for (int64_t r : {1, 3, 4, 5, 9, 65}) {
           const size_t pad = (seed % 3 == 0) ? 5 : 0;
@@ -635,7 +648,9 @@ TEST_F(MatmulQ8, AwkwardShapesMatchTheReferences) {
 TEST_F(MatmulQ8, ModelShapesAndScales) {
   uint32_t seed = 8500;
   for (GgmlType type : kQ8Types) {
-    for (int64_t k : {896, 1536, 4864}) {
+    const std::vector<int64_t> ks = k_quant(type) ? std::vector<int64_t>{1536, 4864, 8960}
+                                                  : std::vector<int64_t>{896, 1536, 4864};
+    for (int64_t k : ks) {
       for (float scale : {1e-3f, 1e3f}) check_q8(type, Shape{k, 37, 2}, ++seed, scale);
     }
   }
@@ -645,7 +660,7 @@ TEST_F(MatmulQ8, ModelShapesAndScales) {
 TEST_F(MatmulQ8, TokensDoNotDependOnTheirCallmates) {
   std::mt19937 rng(5);
   for (GgmlType type : kQ8Types) {
-    const int64_t n_cols = 160, n_rows = 13, n_tokens = 31;
+    const int64_t n_cols = k_quant(type) ? 512 : 160, n_rows = 13, n_tokens = 31;
     const size_t row_bytes = packed_row_bytes(type, n_cols);
     const std::vector<uint8_t> wb = make_weights(type, n_rows, n_cols, row_bytes, rng);
     const WeightView w{type, wb.data(), n_cols, n_rows, row_bytes};
@@ -666,7 +681,7 @@ TEST_F(MatmulQ8, TokensDoNotDependOnTheirCallmates) {
 TEST_F(MatmulQ8, NonFiniteActivationsGiveNaN) {
   std::mt19937 rng(6);
   for (GgmlType type : kQ8Types) {
-    const int64_t n_cols = 96, n_rows = 5;
+    const int64_t n_cols = k_quant(type) ? 256 : 96, n_rows = 5;
     const size_t row_bytes = packed_row_bytes(type, n_cols);
     const std::vector<uint8_t> wb = make_weights(type, n_rows, n_cols, row_bytes, rng);
     const WeightView w{type, wb.data(), n_cols, n_rows, row_bytes};

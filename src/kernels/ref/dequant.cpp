@@ -8,6 +8,21 @@
 #include "core/f16.h"
 
 namespace qevict::ref {
+
+// q4_k_scale_min (dequant.h), as ggml-quants.c get_scale_min_k4: sub-blocks 0..3 keep
+// theirs in the low 6 bits of bytes s and s + 4; sub-blocks 4..7 put the low 4 bits in the
+// nibbles of byte s + 4 and the top 2 bits in the spare top bits of bytes s - 4 (scale) and
+// s (min).
+void q4_k_scale_min(const uint8_t* sc, int s, int* scale, int* min) {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *min = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
+    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
 namespace {
 
 uint16_t load_u16(const uint8_t* p) {
@@ -73,20 +88,6 @@ void dequant_q8_0(const uint8_t* b, float* y) {
   const float d = load_f16(b);
   const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
   for (int e = 0; e < 32; ++e) y[e] = static_cast<float>(qs[e]) * d;
-}
-
-// Q4_K's 6-bit scale and min of sub-block s (0..7) from the 12 packed bytes
-// (ggml-quants.c get_scale_min_k4): sub-blocks 0..3 keep theirs in the low 6 bits of
-// bytes s and s + 4; sub-blocks 4..7 put the low 4 bits in the nibbles of byte s + 4
-// and the top 2 bits in the spare top bits of bytes s - 4 (scale) and s (min).
-void q4_k_scale_min(const uint8_t* sc, int s, int* scale, int* min) {
-  if (s < 4) {
-    *scale = sc[s] & 63;
-    *min = sc[s + 4] & 63;
-  } else {
-    *scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
-    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-  }
 }
 
 // Q4_K, 144 bytes: f16 d | f16 dmin | u8 scales[12] | u8 qs[128]; 256 elements in 8

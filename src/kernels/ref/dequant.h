@@ -23,4 +23,7 @@ bool can_dequantize(GgmlType type);
 // f32), so the SIMD decoders produce bit-identical weights.
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 
+// Q4_K's 6-bit scale and min of sub-block s (0..7) from the 12 packed bytes of its block.
+void q4_k_scale_min(const uint8_t* sc, int s, int* scale, int* min);
+
 }  // namespace qevict::ref

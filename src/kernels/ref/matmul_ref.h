@@ -28,13 +28,15 @@ struct Q8Block {
 Q8Block quantize_q8_block(const float* x);
 
 // True for the weight types matmul_q8 takes: the 32-element block types Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0.
+// Q5_1, Q8_0, and the K-quants Q4_K and Q6_K (their 32-element sub-blocks).
 bool q8_supported(GgmlType t);
 
 // Y as matmul, with every 32-block of X replaced by its Q8Block and the block products
 // formed from integers: for weight block (d_w, m_w, codes c) and activation block (d, q),
 //   Q4_0: d_w d (sum c q - 8 sum q)    Q5_0: d_w d (sum c q - 16 sum q)
 //   Q4_1, Q5_1: d_w d sum c q + m_w d sum q          Q8_0: d_w d sum c q
+//   Q4_K (sub-block scale s, min m): d s d sum c q - dmin m d sum q
+//   Q6_K: per 16 elements with their scale s: d s d (sum c q - 32 sum q)
 // (c the unsigned 4/5-bit codes, or Q8_0's signed bytes), summed over blocks in double and
 // rounded once. Precondition: q8_supported(w.type).
 void matmul_q8(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/ref/dequant.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/simd/cpu_features.h"
 
@@ -298,6 +299,182 @@ QEVICT_Q8_TARGET void run(const uint8_t* w, size_t row_bytes, size_t n_rows, siz
   // A few MiB of scratch (long rows x many tokens) are not kept past the call.
   if (scratch.size() * sizeof(PairX) > (size_t(4) << 20)) std::vector<PairX>().swap(scratch);
 }
+
+// ---- K-quants: Q4_K and Q6_K (256-element super-blocks of 32-element sub-blocks) ----
+//
+// A pair is two consecutive sub-blocks, bytes [A 0-31 | B 0-31] (Q8_0's order), so X is
+// prepared as for Q8_0, plus what the formulas need: Q4_K's "- dmin m d_x sum q" takes
+// KPairX::sa (lane 0: d_A sum q_A, lane 8: d_B sum q_B), Q6_K's "- 32 sum q" per 16 elements
+// starts the integer accumulator (KPairX::init, lanes 0, 4, 8, 12). Per-lane scales follow
+// the codes: Q4_K's d·scale per sub-block (lanes 0-7 and 8-15), Q6_K's d·scale per 16
+// elements (4 lanes each). A super-block's eight (Q4_K) or sixteen (Q6_K) scales are decoded
+// to f32 once per row and super-block, shared by the tile's tokens.
+struct alignas(64) KPairX {
+  int8_t q[64];
+  float d[16];
+  float sa[16];
+  int32_t init[16];
+};
+
+template <GgmlType T>
+QEVICT_Q8_TARGET void prepare_kx(const float* x, size_t ldx, size_t n_tokens, size_t n_pairs,
+                                 KPairX* px) {
+  for (size_t t = 0; t < n_tokens; ++t) {
+    for (size_t p = 0; p < n_pairs; ++p) {
+      KPairX& o = px[t * n_pairs + p];
+      std::memset(&o, 0, sizeof o);
+      for (size_t h = 0; h < 2; ++h) {
+        int8_t* q = o.q + 32 * h;
+        int32_t sum = 0;
+        const float d = quantize_block(x + t * ldx + (2 * p + h) * 32, q, q + 16, &sum);
+        for (int l = 0; l < 8; ++l) o.d[8 * h + l] = d;
+        if constexpr (T == GgmlType::kQ4_K) {
+          o.sa[8 * h] = d * static_cast<float>(sum);
+        } else {
+          int32_t lo = 0;
+          for (int i = 0; i < 16; ++i) lo += q[i];
+          o.init[8 * h] = -32 * lo;
+          o.init[8 * h + 4] = -32 * (sum - lo);
+        }
+      }
+    }
+  }
+}
+
+// A super-block's scales as f32 (Q4_K: lanes 0-7 d·scale of sub-blocks 0-7, lanes 8-15
+// dmin·min; Q6_K: d·scale of its 16 groups of 16), each product exact.
+template <GgmlType T>
+QEVICT_Q8_TARGET inline __m512 super_scales(const uint8_t* sb) {
+  if constexpr (T == GgmlType::kQ4_K) {
+    uint16_t hd, hm;
+    std::memcpy(&hd, sb, 2);
+    std::memcpy(&hm, sb + 2, 2);
+    alignas(64) int32_t v[16];
+    for (int s = 0; s < 8; ++s) ref::q4_k_scale_min(sb + 4, s, &v[s], &v[8 + s]);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(int(hd | uint32_t{hm} << 16)));
+    const __m512 dd =
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                              _mm512_castps128_ps512(dm));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(v)), dd);
+  } else {
+    uint16_t hd;
+    std::memcpy(&hd, sb + 208, 2);
+    const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(hd))));
+    const __m512i sc =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 192)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d);
+  }
+}
+
+// Pair i (0-3) of a super-block: its codes, per-lane scales (and Q4_K's mins) from `ss`
+// (super_scales).
+template <GgmlType T>
+QEVICT_Q8_TARGET inline WPair load_kpair(const uint8_t* sb, int i, __m512 ss) {
+  WPair w;
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  if constexpr (T == GgmlType::kQ4_K) {
+    const __m256i ab = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16 + 32 * i));
+    w.c = _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1), mask);
+    const __m512i lo = _mm512_set1_epi32(2 * i), hi = _mm512_set1_epi32(2 * i + 1);
+    const __m512i sel = _mm512_mask_blend_epi32(0xFF00, lo, hi);
+    w.d = _mm512_permutexvar_ps(sel, ss);
+    w.m = _mm512_permutexvar_ps(_mm512_add_epi32(sel, _mm512_set1_epi32(8)), ss);
+  } else {
+    const int h = i / 2, g = i % 2;  // half of the super-block, low or high nibbles
+    const __m512i ql = _mm512_loadu_si512(sb + 64 * h);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 128 + 32 * h));
+    const __m512i lo4 = _mm512_and_si512(g == 0 ? ql : _mm512_srli_epi16(ql, 4), mask);
+    // Sub-block A takes bits 4g..4g+1 of qh, B bits 4g+2..4g+3.
+    const __m256i ha = g == 0 ? qh : _mm256_srli_epi16(qh, 4);
+    const __m512i hab = _mm512_inserti64x4(_mm512_castsi256_si512(ha), _mm256_srli_epi16(ha, 2), 1);
+    const __m512i hi2 = _mm512_slli_epi16(_mm512_and_si512(hab, _mm512_set1_epi8(3)), 4);
+    w.c = _mm512_or_si512(lo4, hi2);
+    // Lane l (4 elements) of the pair: group 8h + 4g... as 16-element groups 4i + l / 4.
+    const __m512i gi =
+        _mm512_add_epi32(_mm512_set1_epi32(4 * i),
+                         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    w.d = _mm512_permutexvar_ps(gi, ss);
+    w.m = _mm512_setzero_ps();
+  }
+  return w;
+}
+
+template <GgmlType T, size_t kR, size_t kT>
+QEVICT_Q8_TARGET void ktile(const uint8_t* w, size_t row_bytes, size_t n_super, const KPairX* px,
+                            size_t n_pairs, float* y, size_t ldy) {
+  constexpr size_t sb_bytes = T == GgmlType::kQ4_K ? 144 : 210;
+  const uint8_t* rows[kR];
+  for (size_t r = 0; r < kR; ++r) rows[r] = w + r * row_bytes;
+  const size_t ahead = kPrefetchTiles * kR * row_bytes;
+  __m512 acc[kR][kT];
+  for (size_t r = 0; r < kR; ++r) {
+    for (size_t t = 0; t < kT; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  for (size_t b = 0; b < n_super; ++b) {
+    __m512 ss[kR];
+    for (size_t r = 0; r < kR; ++r) {
+      const uint8_t* sb = rows[r] + b * sb_bytes;
+      for (size_t o = 0; o < sb_bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(sb + ahead + o), _MM_HINT_T0);
+      ss[r] = super_scales<T>(sb);
+    }
+    for (int i = 0; i < 4; ++i) {
+      WPair wp[kR];
+      for (size_t r = 0; r < kR; ++r) wp[r] = load_kpair<T>(rows[r] + b * sb_bytes, i, ss[r]);
+      for (size_t t = 0; t < kT; ++t) {
+        const KPairX& x = px[t * n_pairs + 4 * b + i];
+        const __m512i q = _mm512_load_si512(x.q);
+        const __m512 dx = _mm512_load_ps(x.d);
+        const __m512i init = _mm512_load_si512(x.init);
+        for (size_t r = 0; r < kR; ++r) {
+          const __m512i dot = _mm512_dpbusd_epi32(init, wp[r].c, q);
+          acc[r][t] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wp[r].d, dx), acc[r][t]);
+          if constexpr (T == GgmlType::kQ4_K)
+            acc[r][t] = _mm512_fnmadd_ps(wp[r].m, _mm512_load_ps(x.sa), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (size_t r = 0; r < kR; ++r) {
+    for (size_t t = 0; t < kT; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+template <GgmlType T, size_t kT>
+QEVICT_Q8_TARGET void krows_of(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_super,
+                               const KPairX* px, size_t n_pairs, float* y, size_t ldy) {
+  constexpr size_t kR = 4;
+  size_t r = 0;
+  for (; r + kR <= n_rows; r += kR) {
+    ktile<T, kR, kT>(w + r * row_bytes, row_bytes, n_super, px, n_pairs, y + r, ldy);
+  }
+  for (; r < n_rows; ++r) {
+    ktile<T, 1, kT>(w + r * row_bytes, row_bytes, n_super, px, n_pairs, y + r, ldy);
+  }
+}
+
+template <GgmlType T>
+QEVICT_Q8_TARGET void krun(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_cols,
+                           const float* x, size_t ldx, size_t n_tokens, float* y, size_t ldy) {
+  const size_t n_super = n_cols / 256, n_pairs = n_cols / 64;
+  thread_local std::vector<KPairX> scratch;  // as run()'s
+  if (scratch.size() < n_tokens * n_pairs) scratch.resize(n_tokens * n_pairs);
+  KPairX* px = scratch.data();
+  prepare_kx<T>(x, ldx, n_tokens, n_pairs, px);
+  size_t t = 0;
+  for (; t + 4 <= n_tokens; t += 4) {
+    krows_of<T, 4>(w, row_bytes, n_rows, n_super, px + t * n_pairs, n_pairs, y + t * ldy, ldy);
+  }
+  const size_t left = n_tokens - t;
+  const KPairX* pt = px + t * n_pairs;
+  float* yt = y + t * ldy;
+  if (left == 3) krows_of<T, 3>(w, row_bytes, n_rows, n_super, pt, n_pairs, yt, ldy);
+  if (left == 2) krows_of<T, 2>(w, row_bytes, n_rows, n_super, pt, n_pairs, yt, ldy);
+  if (left == 1) krows_of<T, 1>(w, row_bytes, n_rows, n_super, pt, n_pairs, yt, ldy);
+  if (scratch.size() * sizeof(KPairX) > (size_t(4) << 20)) std::vector<KPairX>().swap(scratch);
+}
 #endif  // __x86_64__
 
 }  // namespace
@@ -321,6 +498,10 @@ void matmul(GgmlType type, const uint8_t* w, size_t row_bytes, size_t n_rows, si
       return run<Kind::kQ5_1>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
     case GgmlType::kQ8_0:
       return run<Kind::kQ8_0>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+    case GgmlType::kQ4_K:
+      return krun<GgmlType::kQ4_K>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+    case GgmlType::kQ6_K:
+      return krun<GgmlType::kQ6_K>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
     default:
       break;
   }

@@ -1,6 +1,8 @@
 // Decode-regime matmul with 8-bit activations and integer dot products (AVX-512 VNNI), for
-// the 32-element block types Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: what llama.cpp does for the
-// same types. Internal to the kernels layer: matmul-inl.h calls it for calls of fewer than
+// the 32-element block types Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 and the K-quants Q4_K and Q6_K
+// (per 32-element sub-block, X quantized the same way): what llama.cpp does for these types
+// (Q4_K_M files are mostly Q4_K and Q6_K: without them the 1.5B model decoded every weight to
+// f32). Internal to the kernels layer: matmul-inl.h calls it for calls of fewer than
 // amx::kMinTokens tokens where it is on.
 //
 // Why: at short context a decode step is the weights, and the exact path decodes every
