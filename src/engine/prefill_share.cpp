@@ -208,7 +208,8 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
   const int64_t window =
       mode == SequenceKvCache::PromptReplay::kMasses ? dst->prompt_mass_window() : 0;
   const std::vector<double>* wmass = window > 0 ? &window_masses(window, pool) : nullptr;
-  if (mode == SequenceKvCache::PromptReplay::kMasses && window == 0 && !have_mass_)
+  const bool all = mode == SequenceKvCache::PromptReplay::kMasses && dst->prompt_replay_all_masses();
+  if (mode == SequenceKvCache::PromptReplay::kMasses && (window == 0 || all) && !have_mass_)
     compute_masses(pool);
   const bool nu = mode != SequenceKvCache::PromptReplay::kAttend &&
                   dst->prompt_replay_value_norms() && wo_ && int(wo_->wo.size()) >= shape_.n_layers;
@@ -226,6 +227,7 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
           x.mass = wmass->data() + size_t(l) * shape_.n_kv_heads * size_t(n_recorded_);
         else if (mode == SequenceKvCache::PromptReplay::kMasses && !wmass)
           x.mass = c.mass.data() + size_t(l) * mn;
+        if (all) x.all_mass = c.mass.data() + size_t(l) * mn;
         if (nu) x.value_norm = c.nu.data() + size_t(l) * shape_.n_kv_heads * c.n_new;
         dst->append_prompt(l, c.q.data() + size_t(l) * qn, c.k.data() + size_t(l) * kvn,
                            c.v.data() + size_t(l) * kvn, x);

@@ -44,6 +44,7 @@ void put_params(ByteWriter& w, const KvCacheParams& p) {
   w.put(q.low_share);
   w.put<int32_t>(q.gap);
   w.put<int32_t>(p.key_meta);  // from version 2
+  w.put(p.adapt);               // from version 3
 }
 
 template <typename T>
@@ -100,6 +101,8 @@ Status get_params(ByteReader& r, uint32_t version, KvCacheParams* p) {
   QEVICT_RETURN_IF_ERROR(get_int(r, &q.gap, 0, 1 << 24, "gap"));
   p->key_meta = 16;  // version 1 had f16 key scales and zeros only
   if (version >= 2) QEVICT_RETURN_IF_ERROR(get_int(r, &p->key_meta, 8, 16, "key_meta"));
+  p->adapt = 0.0;  // versions 1 and 2 had no --kv-adapt
+  if (version >= 3) QEVICT_RETURN_IF_ERROR(r.get(&p->adapt));
   // The rest (a known policy, ranges that depend on each other) is the cache factory's check,
   // which Session::load runs by building the cache.
   return p->validate();

@@ -20,8 +20,9 @@
 
 namespace qevict {
 
-// 2: adds the low-bit tier's key_meta after the quantizer options (1: read as key_meta 16).
-inline constexpr uint32_t kSessionFileVersion = 2;
+// 2: adds the low-bit tier's key_meta after the quantizer options (1: read as key_meta 16);
+// 3: adds --kv-adapt after it (1, 2: read as 0).
+inline constexpr uint32_t kSessionFileVersion = 3;
 
 struct SessionFileContents {
   uint64_t model_fingerprint = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -550,6 +551,20 @@ Status run_eval(Model& model, const Tokenizer& tok, ThreadPool& pool, const Rule
           j["decode_seconds"] = st.decode_seconds;
           j["bytes_held"] = caches[i]->bytes_held();
           j["kv"] = caches[i]->describe();
+          {  // where the prompt's observation window looked, and --kv-adapt's choice
+            KvReport rep;
+            caches[i]->report(&rep, ReportDetail::kSummary);
+            if (!rep.prompt_focus.empty()) {
+              json f = json::array();
+              for (const PromptFocus& x : rep.prompt_focus)
+                f.push_back({std::round(x.history * 1e4) / 1e4, std::round(x.top1 * 1e4) / 1e4,
+                             std::round(x.top4 * 1e4) / 1e4, std::round(x.top16 * 1e4) / 1e4,
+                             std::round(x.far4 * 1e4) / 1e4, std::round(x.kl * 1e4) / 1e4});
+              j["prompt_focus"] = f;  // [layer][history, top1, top4, top16, far4, kl]
+              j["focus"] = focus_score(rep.prompt_focus);
+            }
+            if (!rep.adapted.empty()) j["adapted"] = rep.adapted;
+          }
           if (!end) {
             j["protocol"] = pname;
             j["turn_tokens"] = turn_tokens();

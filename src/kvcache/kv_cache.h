@@ -130,7 +130,12 @@ class SequenceKvCache {
   struct PromptExtras {
     const double* mass = nullptr;
     const float* value_norm = nullptr;
+    // prompt_replay_all_masses(): every query's masses of this call as `mass` lays them out
+    // (f64 [n_kv_heads][n_past + n_new]), even when `mass` holds a window's.
+    const double* all_mass = nullptr;
   };
+  // Whether a replay should also hand every query's masses (PromptExtras::all_mass).
+  virtual bool prompt_replay_all_masses() const { return false; }
   // Stores one prompt call's tokens in `layer` as attend() would, without attention
   // (prompt_replay() is kStore or kMasses); q as attend()'s (a cache may keep queries).
   virtual void append_prompt(int layer, const float* q, const float* k, const float* v,

@@ -159,6 +159,21 @@ void add_budget_rows(std::vector<KvOptionInfo>& r) {
     o.get = [](const KvCacheParams& p) { return fmt::format("{:g}", p.q); };
     r.push_back(std::move(o));
   }
+  {
+    KvOptionInfo o =
+        row("adapt", "--kv-adapt", "NATS",
+            "qevict with --prefill-route end: at the prompt's end, when its last queries look "
+            "where the text itself looks (KL of their attention over the text from the text's "
+            "own per query, mean over layers, below NATS: no question about it in view), keep "
+            "the text at 2 bits with one-byte key scales and q 0.95 (coverage for questions "
+            "that come later); else the configured low-bit tier. 0: off",
+            false, false);
+    o.set = [](KvCacheParams* p, KvParamsGiven*, const std::string& v) {
+      return parse_double("adapt", v, &p->adapt);
+    };
+    o.get = [](const KvCacheParams& p) { return fmt::format("{:g}", p.adapt); };
+    r.push_back(std::move(o));
+  }
   r.push_back(int_row("window", "--kv-window", "tokens per window (ω; streaming default 1)",
                       &KvCacheParams::window, &KvParamsGiven::window, true));
   r.push_back(int_row("route_every", "--kv-route-every",

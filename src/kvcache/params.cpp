@@ -59,6 +59,14 @@ Status validate_routed(const KvCacheParams& p, const PolicyInfo& row) {
         "--kv-key-meta applies to the tiered cache (qevict, streaming), not to {}", p.policy));
   if (p.value_bits != 0 && p.bits == 0)
     return Status::error("--kv-value-bits needs --kv-bits 2 or 4, not auto");
+  if (!(p.adapt >= 0.0 && p.adapt <= 1.0))
+    return Status::error(fmt::format("--kv-adapt must be in [0, 1], got {}", p.adapt));
+  if (p.adapt > 0.0 && (!row.uses_score || row.kind != CacheKind::kWindowed))
+    return Status::error(fmt::format("--kv-adapt applies to the qevict policy, not to {}", p.policy));
+  if (p.adapt > 0.0 && (p.prefill_route != PrefillRoute::kEnd || p.prefill_window <= 0))
+    return Status::error(
+        "--kv-adapt chooses the low-bit tier at the prompt's end, from its observation window: "
+        "it needs --prefill-route end and --prefill-window > 0 (qevict's defaults)");
   if (p.pool < 0 || p.pool > 64)
     return Status::error(fmt::format("--kv-pool must be in [0, 64], got {}", p.pool));
   if (p.pool != 0 && !row.uses_score)
@@ -74,6 +82,16 @@ Status validate_routed(const KvCacheParams& p, const PolicyInfo& row) {
 }
 
 }  // namespace
+
+KvCacheParams coverage_params(const KvCacheParams& p) {
+  KvCacheParams c = p;
+  c.bits = 2;
+  c.value_bits = 2;
+  c.key_meta = 8;
+  c.q = 0.95;
+  c.adapt = 0.0;
+  return c;
+}
 
 Status KvCacheParams::validate() const {
   const PolicyInfo* row = find_policy(policy);

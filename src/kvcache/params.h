@@ -97,6 +97,14 @@ struct KvCacheParams {
   // registry row makes 32 the default with route kEnd or kStaged (chosen from the eval suite
   // for kEnd) unless the option is given.
   int prefill_window = 0;
+  // --kv-adapt T (qevict, --prefill-route end with a prefill window; 0: off): at the prompt's
+  // first routing, when its observation window looks where the text itself looks — the mean
+  // over layers of KL(window's attention || the prompt's own attention per query) over the
+  // history windows is below T nats (PromptFocus::kl, focus_score) — no question about the
+  // text is in view: the low-bit tier becomes the coverage tier (coverage_params: INT2 keys
+  // and values, one-byte key scales, q 0.95), which keeps most of the text for questions that
+  // come later; else the configured tier stays. Same budget either way.
+  double adapt = 0.0;
   std::string trace_path;  // --kv-trace: JSONL record per routing event and layer
   // KIVI / KVQuant / ZipCache: filled by their registry rows.
   QuantizerOptions quant;
@@ -108,6 +116,11 @@ struct KvCacheParams {
   // Checks every field, and the policy's own rules (its registry row).
   Status validate() const;
 };
+
+// The low-bit tier --kv-adapt switches to when the prompt's end points nowhere in the text:
+// p with INT2 keys and values, one-byte key scales and zeros, q 0.95 (issue 51's coverage
+// candidate, EVALUATION.md), and no further adaptation.
+KvCacheParams coverage_params(const KvCacheParams& p);
 
 // Which KvCacheParams fields the user set explicitly (set_kv_option marks them): a policy's
 // registry row gives the others its authors' defaults.

@@ -31,6 +31,32 @@ struct KvLayerReport {
   size_t bytes_allocated = 0;       // pools + sink
 };
 
+// Where a prompt-end observation window's attention fell when the prompt was first routed
+// (tiered caches with --prefill-window), one layer: shares of the window's queries'
+// attention (each query's sums to 1, averaged over query heads and the window's queries) on
+// the aged windows ("history": neither sink nor local), and on its 1, 4 and 16 most attended
+// of them; far4: on its 4 most attended aged windows that end kFocusFarTokens or more before
+// the prompt's end. A question about the text points into it (a few windows, anywhere in it,
+// take much); a text's own tail attends mostly to its sink and its newest sentences.
+inline constexpr int64_t kFocusFarTokens = 256;
+struct PromptFocus {
+  double history = 0.0, top1 = 0.0, top4 = 0.0, top16 = 0.0, far4 = 0.0;
+  // KL(P || G) in nats between the window's attention over the aged windows (P) and the
+  // prompt's own attention per query that saw each window (G: every prompt query's, divided
+  // by the queries at or after the window), both normalised over the aged windows: how far
+  // the prompt's end looks where the text itself does not. 0 when G is unknown (a replayed
+  // prompt without every query's masses).
+  double kl = 0.0;
+};
+
+// --kv-adapt's statistic: the mean over layers of PromptFocus::kl (0 when empty).
+inline double focus_score(const std::vector<PromptFocus>& focus) {
+  if (focus.empty()) return 0.0;
+  double s = 0.0;
+  for (const PromptFocus& f : focus) s += f.kl;
+  return s / double(focus.size());
+}
+
 enum class ReportDetail {
   kSummary,  // counts, bytes, times
   kTiers,    // also the tier of every position and the score of every window
@@ -49,6 +75,13 @@ struct KvReport {
   double route_seconds_decode = 0.0;  // routing triggered by decode steps
   double quantize_seconds = 0.0, promote_seconds = 0.0;
   std::vector<KvLayerReport> layers;
+  // [layer], measured at the first prompt routing (tiered caches with a prompt-end
+  // observation window); empty otherwise.
+  std::vector<PromptFocus> prompt_focus;
+  // --kv-adapt: whether that routing found the prompt's end pointing into the text (focus
+  // at or above the threshold: the configured low-bit tier kept) or not (the coverage tier);
+  // "" when the cache does not adapt or has not routed a prompt yet.
+  std::string adapted;
 
   // ReportDetail::kTiers only.
   bool per_head = false;  // units are (layer, KV head) instead of layers

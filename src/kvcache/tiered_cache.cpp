@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cmath>
 
 namespace qevict {
@@ -16,6 +17,8 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       n_ctx_(n_ctx),
       p_(params),
       budget_(budget),
+      base_p_(params),
+      base_budget_(budget),
       policy_(std::move(policy)),
       qlayout_(quant_layout(p_, shape)),
       // Only low-bit windows need the table (their keys are stored before RoPE): a cache
@@ -47,7 +50,19 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   attend_shared_blocks(fp, H, q, shape_.q_width(), n_new_, n_past_, blocks_.data(), nb, out,
                        mass_.data(), MassLayout::kSumOverHeads, attn_, pool);
   if (tier_mass_) report_tier_mass(layer);
-  if (observing()) return observe(layer, q, pool);
+  if (observing()) {
+    if (p_.adapt > 0.0 && focus_.empty()) {  // the first prompt's every query (PromptFocus::kl)
+      if (generic_.empty()) generic_.resize(size_t(shape_.n_layers));
+      std::vector<double>& g = generic_[size_t(layer)];
+      for (int64_t b = 0; b < nb; ++b) {
+        const int32_t id = block_window_[size_t(b)];
+        if (id < 0) continue;
+        if (size_t(id) >= g.size()) g.resize(size_t(id) + 1, 0.0);
+        g[size_t(id)] += mass_[size_t(b)];
+      }
+    }
+    return observe(layer, q, pool);
+  }
   // S̄(w) += (1/H_q) Σ_h Σ_τ Σ_{i∈w} a_τ^h(i): masses were summed over heads and tokens.
   const double inv_hq = 1.0 / shape_.n_q_heads;
   store_.add_scores(layer, block_window_.data(), mass_.data(), nb, inv_hq);
@@ -70,20 +85,33 @@ void TieredKvCache::append_prompt(int layer, const float* q, const float* k, con
   const int H = shape_.n_kv_heads, kvw = shape_.kv_width();
   for (int64_t t = 0; t < n_new_; ++t)
     store_.store_token(layer, n_past_ + t, k + t * kvw, v + t * kvw);
-  if (!mass) return;
+  const bool generic = x.all_mass && focus_.empty();
+  if (!mass && !generic) return;
   // The masses attend() would have summed per block (kSumOverHeads), position by position;
   // an observation window's replace the scores, as observe() does.
   store_.attention_blocks(layer, n_past_ + n_new_, &blocks_, &block_window_);
-  if (p_.prefill_window > 0) store_.reset_scores(layer);
   const int64_t n = n_past_ + n_new_;
-  const double inv_hq = 1.0 / shape_.n_q_heads;
-  for (size_t b = 0; b < block_window_.size(); ++b) {
-    double m = 0.0;
+  auto block_sum = [&](const double* m, size_t b) {
+    double s = 0.0;
     for (int h = 0; h < H; ++h)
-      for (int64_t i = blocks_[b].pos0; i < blocks_[b].pos0 + blocks_[b].n; ++i)
-        m += mass[h * n + i];
-    store_.add_score(layer, block_window_[b], m * inv_hq);
+      for (int64_t i = blocks_[b].pos0; i < blocks_[b].pos0 + blocks_[b].n; ++i) s += m[h * n + i];
+    return s;
+  };
+  if (generic) {  // as attend() gathers them (PromptFocus::kl)
+    if (generic_.empty()) generic_.resize(size_t(shape_.n_layers));
+    std::vector<double>& g = generic_[size_t(layer)];
+    for (size_t b = 0; b < block_window_.size(); ++b) {
+      const int32_t id = block_window_[b];
+      if (id < 0) continue;
+      if (size_t(id) >= g.size()) g.resize(size_t(id) + 1, 0.0);
+      g[size_t(id)] += block_sum(x.all_mass, b);
+    }
   }
+  if (!mass) return;
+  if (p_.prefill_window > 0) store_.reset_scores(layer);
+  const double inv_hq = 1.0 / shape_.n_q_heads;
+  for (size_t b = 0; b < block_window_.size(); ++b)
+    store_.add_score(layer, block_window_[b], block_sum(mass, b) * inv_hq);
 }
 
 FusedAttnParams TieredKvCache::fused_params() const {
@@ -167,10 +195,74 @@ Status TieredKvCache::route_prompt() {
     scores_from_ = n_past_ - obs_q_.held();
     obs_q_.release();  // held only while the prompt is read
     std::vector<float>().swap(obs_out_);
+    if (focus_.empty()) {
+      measure_focus();
+      if (p_.adapt > 0.0 && adapted_ < 0) adapt_tier();
+    }
   }
   const Status st = route_event(false);
   trim_scratch();  // sized by the whole prompt's windows
   return st;
+}
+
+void TieredKvCache::measure_focus() {
+  // The scores are the observation window's masses (observe(), or a replay's
+  // append_prompt): per window, the probability its queries gave it, summed over the queries
+  // and averaged over query heads. The window is the prompt's last prefill_window queries.
+  const double n_obs = double(std::min<int64_t>(p_.prefill_window, n_past_));
+  if (!(n_obs > 0)) return;
+  focus_.assign(size_t(shape_.n_layers), PromptFocus{});
+  std::vector<double> m, far;
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    store_.candidates(l, n_past_, &request_);  // the aged windows: neither sink nor local
+    m.clear();
+    far.clear();
+    for (const RoutingCandidate& c : request_.candidates) {
+      m.push_back(c.score);
+      if (c.pos0 + p_.window <= n_past_ - kFocusFarTokens) far.push_back(c.score);
+    }
+    std::sort(m.begin(), m.end(), std::greater<double>());
+    std::sort(far.begin(), far.end(), std::greater<double>());
+    PromptFocus& f = focus_[size_t(l)];
+    for (size_t i = 0; i < m.size(); ++i) {
+      f.history += m[i];
+      if (i < 1) f.top1 += m[i];
+      if (i < 4) f.top4 += m[i];
+      if (i < 16) f.top16 += m[i];
+    }
+    for (size_t i = 0; i < far.size() && i < 4; ++i) f.far4 += far[i];
+    if (size_t(l) < generic_.size() && !generic_[size_t(l)].empty() && f.history > 0) {
+      const std::vector<double>& g = generic_[size_t(l)];
+      double gsum = 0.0;
+      auto per_query = [&](const RoutingCandidate& c) {
+        const double seen = double(std::max<int64_t>(1, n_past_ - c.pos0));
+        return size_t(c.id) < g.size() ? g[size_t(c.id)] / seen : 0.0;
+      };
+      for (const RoutingCandidate& c : request_.candidates) gsum += per_query(c);
+      if (gsum > 0)
+        for (const RoutingCandidate& c : request_.candidates) {
+          const double pw = c.score / f.history, gw = per_query(c) / gsum;
+          if (pw > 0) f.kl += pw * std::log(pw / std::max(gw, 1e-12));
+        }
+    }
+    f.history /= n_obs, f.top1 /= n_obs, f.top4 /= n_obs, f.top16 /= n_obs, f.far4 /= n_obs;
+  }
+  std::vector<std::vector<double>>().swap(generic_);
+}
+
+void TieredKvCache::adapt_tier() {
+  adapted_ = 0;
+  if (focus_score(focus_) >= p_.adapt) return;  // a question about the text is in view
+  const KvCacheParams c = coverage_params(p_);
+  auto b = compute_budget(CacheKind::kWindowed, shape_, n_ctx_, c);
+  if (!b || b->total != budget_.total) return;  // e.g. a floored budget: keep the configured
+  const QuantLayout ql = quant_layout(c, shape_);
+  if (!store_.relayout(*b, ql)) return;
+  p_ = c;
+  p_.adapt = base_p_.adapt;  // describe() and sessions say the cache adapts
+  budget_ = *b;
+  qlayout_ = ql;
+  adapted_ = 1;
 }
 
 Status TieredKvCache::end_prompt() {
@@ -238,6 +330,15 @@ void TieredKvCache::trim_scratch() {
 }
 
 void TieredKvCache::clear() {
+  if (adapted_ == 1) {  // back to the configured tier (nothing has a low-bit copy after clear)
+    p_ = base_p_;
+    budget_ = base_budget_;
+    qlayout_ = quant_layout(p_, shape_);
+    store_ = WindowStore(shape_, budget_, qlayout_, p_.dtype, &rope_);
+  }
+  adapted_ = -1;
+  focus_.clear();
+  generic_.clear();
   store_.clear();
   sched_.reset();
   n_past_ = n_new_ = 0;
@@ -249,12 +350,14 @@ void TieredKvCache::clear() {
 size_t TieredKvCache::bytes_held() const {
   // Everything the object holds: the fixed-size RoPE table, the store (pools, sinks, window
   // entries), attention and routing scratch (bounded by the kept windows and the batch).
+  size_t generic = generic_.capacity() * sizeof(std::vector<double>);
+  for (const auto& g : generic_) generic += g.capacity() * sizeof(double);
   const size_t routing = request_.candidates.capacity() * sizeof(RoutingCandidate) +
                          plan_.entries.capacity() * sizeof(PlanEntry) + route_threads_.bytes();
   return sizeof(*this) + rope_.bytes() + store_.bytes_allocated() + attn_.bytes() +
          mass_.capacity() * sizeof(double) + blocks_.capacity() * sizeof(KvBlockRef) +
          block_window_.capacity() * sizeof(int32_t) + routing + obs_q_.bytes() +
-         obs_out_.capacity() * sizeof(float);
+         obs_out_.capacity() * sizeof(float) + generic;
 }
 
 std::string TieredKvCache::describe() const {
@@ -270,6 +373,12 @@ std::string TieredKvCache::describe() const {
                            p_.pool_side == PoolSide::kAfter ? "before" : "either side");
   if (p_.score == ScoreMode::kAge)
     scoring += fmt::format("{}age-normalised scores", scoring.empty() ? "" : ", ");
+  if (p_.adapt > 0.0)
+    scoring += fmt::format("{}{} below focus {:g}", scoring.empty() ? "" : ", ",
+                           adapted_ < 0    ? "coverage tier"
+                           : adapted_ == 1 ? "coverage tier chosen: focus"
+                                           : "configured tier kept: focus not",
+                           p_.adapt);
   if (!scoring.empty()) scoring = " (" + scoring + ")";
   return fmt::format(
       "{}{} (budget {:.1f} KiB/layer{}, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, "
@@ -288,6 +397,8 @@ void TieredKvCache::report(KvReport* out, ReportDetail detail) const {
   out->quantize_seconds = store_.quantize_seconds();
   out->promote_seconds = store_.promote_seconds();
   out->unit_tokens = p_.window;
+  out->prompt_focus = focus_;
+  if (p_.adapt > 0.0 && adapted_ >= 0) out->adapted = adapted_ == 1 ? "coverage" : "configured";
   for (int l = 0; l < shape_.n_layers; ++l) out->layers.push_back(store_.layer_report(l));
   if (detail != ReportDetail::kTiers) return;
   out->position_tiers.resize(size_t(shape_.n_layers));

@@ -91,6 +91,10 @@ class TieredKvCache final : public SequenceKvCache {
                                                                : PromptReplay::kAttend;
   }
   int64_t prompt_mass_window() const override { return p_.prefill_window; }
+  // --kv-adapt's statistic (PromptFocus::kl) needs every query's attention of the first prompt.
+  bool prompt_replay_all_masses() const override {
+    return p_.adapt > 0.0 && p_.prefill_window > 0 && focus_.empty();
+  }
   void append_prompt(int layer, const float* q, const float* k, const float* v,
                      const PromptExtras& x) override;
   void clear() override;
@@ -120,6 +124,12 @@ class TieredKvCache final : public SequenceKvCache {
   Status route_layer(int l, RoutingPolicy& pol, RoutingRequest& req, RoutingPlan& plan);
   // The one routing event of a deferred prompt (--prefill-route end, staged).
   Status route_prompt();
+  // At the first prompt routing with a prefill window: where the observation window's
+  // attention fell (focus_), from the window scores it just set.
+  void measure_focus();
+  // --kv-adapt: the coverage tier when focus_score(focus_) < p_.adapt (before any window has
+  // a low-bit copy; the budget's total unchanged), else the configured one.
+  void adapt_tier();
   // --prefill-route staged, after a prompt chunk: every layer's aged windows to the low-bit
   // tier (WindowStore::stage).
   void stage_prompt();
@@ -138,6 +148,14 @@ class TieredKvCache final : public SequenceKvCache {
   int64_t n_ctx_;
   KvCacheParams p_;
   KvBudget budget_;
+  // The configured params and budget, which clear() restores after --kv-adapt changed them.
+  KvCacheParams base_p_;
+  KvBudget base_budget_;
+  std::vector<PromptFocus> focus_;  // measure_focus(); empty until the first prompt routing
+  // While the first prompt is read with an observation window: every prompt query's
+  // attention per window id, summed over heads ([layer][window id]; PromptFocus::kl).
+  std::vector<std::vector<double>> generic_;
+  int adapted_ = -1;                // --kv-adapt: -1 not yet, 0 configured tier, 1 coverage
   std::unique_ptr<RoutingPolicy> policy_;
   // The pool of a commit_alone / end_prompt_alone call under way, and what the routing
   // threads past the first plan with.

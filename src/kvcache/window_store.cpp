@@ -29,6 +29,20 @@ WindowStore::WindowStore(const KvShape& shape, const KvBudget& budget, const Qua
   }
 }
 
+Status WindowStore::relayout(const KvBudget& budget, const QuantLayout& ql) {
+  if (budget.total != budget_.total || budget.sink != budget_.sink ||
+      budget.local != budget_.local || budget.window != budget_.window ||
+      budget.full_slot() != budget_.full_slot())
+    return Status::error("relayout: the budget differs beyond the low-bit tier");
+  for (const Layer& L : layers_)
+    if (L.qpool.in_use() > 0)
+      return Status::error("relayout: windows already have low-bit copies");
+  budget_ = budget;
+  ql_ = ql;
+  for (Layer& L : layers_) L.qpool = SlotPool(budget_.quant_slot(), pool_chunk_bytes(budget_));
+  return Status::ok();
+}
+
 size_t WindowStore::lower(const Layer& L, int32_t id) {
   return size_t(std::lower_bound(L.windows.begin(), L.windows.end(), id,
                                  [](const Window& w, int32_t x) { return w.id < x; }) -

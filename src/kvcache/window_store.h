@@ -84,6 +84,11 @@ class WindowStore {
   int64_t stage(int layer, int64_t n_past, int64_t hold);
 
   void clear();
+  // Gives the store another low-bit layout and the budget made for it (--kv-adapt, at a
+  // prompt's first routing). Only while no window has a low-bit copy, and only for a budget of
+  // the same total, sink, local region and full-precision slots (the 16-bit windows stay
+  // where they are); errors change nothing.
+  Status relayout(const KvBudget& budget, const QuantLayout& ql);
 
   // Sessions (window_store_state.cpp). Whether every window holding a position >= n is still
   // in the local region, unrouted (so [n, total) can be dropped); truncate() drops them
