@@ -24,9 +24,11 @@ namespace {
 KvShape shape() { return test::rope_shape(3, 4, 2, 16); }
 
 std::unique_ptr<SequenceKvCache> make(int64_t n_ctx, const std::string& policy, double budget,
-                                      const std::string& route, int64_t prefill_window = 0) {
+                                      const std::string& route, int64_t prefill_window = 0,
+                                      double adapt = 0.0) {
   KvCacheParams p;
   p.policy = policy;
+  p.adapt = adapt;
   p.prefill_window = prefill_window;
   p.budget_fraction = budget;
   p.prefill_route = test::route_of(route);
@@ -75,10 +77,11 @@ struct Case {
   std::string policy;
   double budget;
   int64_t prefill_window = 0;  // qevict's observation window (its masses come from replay)
+  double adapt = 0.0;          // --kv-adapt (its KL from every query's replayed masses)
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.policy << "@" << c.budget << " window " << c.prefill_window;
+  *os << c.policy << "@" << c.budget << " window " << c.prefill_window << " adapt " << c.adapt;
 }
 
 class PrefillShare : public ::testing::TestWithParam<Case> {};
@@ -99,14 +102,27 @@ TEST_P(PrefillShare, ReplayedCacheDecodesBitIdenticallyToFedCache) {
   EXPECT_EQ(rec.n_recorded(), 206);
   EXPECT_GT(rec.recorded_bytes(), size_t(206) * 3 * (64 + 2 * 32) * sizeof(float) - 1);
 
-  auto fed = make(n_ctx, GetParam().policy, GetParam().budget, "end", GetParam().prefill_window);
-  auto replayed =
-      make(n_ctx, GetParam().policy, GetParam().budget, "end", GetParam().prefill_window);
+  const Case& cs = GetParam();
+  auto fed = make(n_ctx, cs.policy, cs.budget, "end", cs.prefill_window, cs.adapt);
+  auto replayed = make(n_ctx, cs.policy, cs.budget, "end", cs.prefill_window, cs.adapt);
   for (const Call& c : prompt) run(*fed, c, pool);
   ASSERT_TRUE(rec.replay(replayed.get(), pool).is_ok());
   EXPECT_EQ(replayed->n_past(), fed->n_past());
   ASSERT_TRUE(fed->end_prompt().is_ok());
   ASSERT_TRUE(replayed->end_prompt().is_ok());
+  if (cs.adapt > 0.0) {  // the same statistic from the replay's masses, the same choice
+    KvReport a, b;
+    fed->report(&a, ReportDetail::kSummary);
+    replayed->report(&b, ReportDetail::kSummary);
+    ASSERT_EQ(a.prompt_focus.size(), size_t(shape().n_layers));
+    ASSERT_EQ(b.prompt_focus.size(), a.prompt_focus.size());
+    for (size_t l = 0; l < a.prompt_focus.size(); ++l) {
+      EXPECT_GT(a.prompt_focus[l].kl, 0.0) << "layer " << l;
+      EXPECT_NEAR(b.prompt_focus[l].kl, a.prompt_focus[l].kl, 1e-6 * (1 + a.prompt_focus[l].kl));
+    }
+    EXPECT_EQ(b.adapted, a.adapted);
+    EXPECT_EQ(a.adapted, "coverage") << "random queries look nowhere in particular";
+  }
   // The same storage (scratch differs: a replay without attention grows none of it).
   auto storage = [](const SequenceKvCache& c, size_t* held) {
     KvReport r;
@@ -133,6 +149,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, PrefillShare,
                                            Case{"adakv", 0.5},
                                            // a window spanning the last two calls (77 + 1)
                                            Case{"qevict", 0.2, 32},
+                                           // --kv-adapt: the coverage tier chosen from the
+                                           // replayed masses of every query
+                                           Case{"qevict", 0.2, 32, 50.0},
                                            // quantizers holding the prompt to its end (stored
                                            // without attention; ZipCache's probes still read it)
                                            Case{"kivi", 0.0}, Case{"zipcache", 0.0}),
@@ -140,7 +159,8 @@ INSTANTIATE_TEST_SUITE_P(Policies, PrefillShare,
                            return info.param.policy +
                                   (info.param.prefill_window > 0
                                        ? "_window" + std::to_string(info.param.prefill_window)
-                                       : "");
+                                       : "") +
+                                  (info.param.adapt > 0 ? "_adapt" : "");
                          });
 
 // CriticalKV scores by value norms through W_O: the replayed cache gets the new tokens' norms

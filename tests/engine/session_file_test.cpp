@@ -1,5 +1,5 @@
 // Session files' versions (engine/session_file.h) without a model: version 2 carries the
-// low-bit tier's key_meta; a version 1 file (the committed fuzz seeds were written by a version 1
+// low-bit tier's key_meta, version 3 --kv-adapt; a version 1 file (the committed fuzz seeds were written by a version 1
 // build) still reads, as f16 key scales and zeros; a newer version is a clear error.
 #include "engine/session_file.h"
 
@@ -46,6 +46,18 @@ TEST(SessionFile, KeyMetaRoundTripsInVersion2) {
     EXPECT_EQ(c->kv.key_meta, km);
     EXPECT_EQ(c->kv.bits, 4);
     EXPECT_EQ(c->tokens, (std::vector<int32_t>{1, 2, 3}));
+  }
+}
+
+TEST(SessionFile, AdaptRoundTripsInVersion3) {
+  for (double adapt : {0.0, 0.5}) {
+    SessionFileContents t = tiered(16);
+    t.kv.prefill_route = PrefillRoute::kEnd;  // what --kv-adapt needs
+    t.kv.prefill_window = 32;
+    t.kv.adapt = adapt;
+    auto c = decode_session(encode_session(t));
+    ASSERT_TRUE(c.has_value()) << c.error();
+    EXPECT_DOUBLE_EQ(c->kv.adapt, adapt);
   }
 }
 
