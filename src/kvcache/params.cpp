@@ -59,8 +59,8 @@ Status validate_routed(const KvCacheParams& p, const PolicyInfo& row) {
         "--kv-key-meta applies to the tiered cache (qevict, streaming), not to {}", p.policy));
   if (p.value_bits != 0 && p.bits == 0)
     return Status::error("--kv-value-bits needs --kv-bits 2 or 4, not auto");
-  if (!(p.adapt >= 0.0 && p.adapt <= 1.0))
-    return Status::error(fmt::format("--kv-adapt must be in [0, 1], got {}", p.adapt));
+  if (!(p.adapt >= 0.0 && p.adapt <= 100.0))
+    return Status::error(fmt::format("--kv-adapt must be in [0, 100] nats, got {}", p.adapt));
   if (p.adapt > 0.0 && (!row.uses_score || row.kind != CacheKind::kWindowed))
     return Status::error(fmt::format("--kv-adapt applies to the qevict policy, not to {}", p.policy));
   if (p.adapt > 0.0 && (p.prefill_route != PrefillRoute::kEnd || p.prefill_window <= 0))

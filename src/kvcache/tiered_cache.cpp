@@ -21,9 +21,9 @@ TieredKvCache::TieredKvCache(const KvShape& shape, int64_t n_ctx, const KvCacheP
       base_budget_(budget),
       policy_(std::move(policy)),
       qlayout_(quant_layout(p_, shape)),
-      // Only low-bit windows need the table (their keys are stored before RoPE): a cache
-      // without a Q tier (StreamingLLM, two-tier) holds none.
-      // (and a staged prompt's).
+      // Only low-bit windows need the table (their keys are stored before RoPE), and a staged
+      // prompt's: a cache without a Q tier (StreamingLLM, two-tier) holds none until
+      // --kv-adapt gives it the coverage tier (adapt_tier).
       rope_(budget.capacity_quant > 0 || params.prefill_route == PrefillRoute::kStaged
                 ? RopeTable(shape.rope, shape.head_dim, n_ctx)
                 : RopeTable()),
@@ -258,6 +258,7 @@ void TieredKvCache::adapt_tier() {
   if (!b || b->total != budget_.total) return;  // e.g. a floored budget: keep the configured
   const QuantLayout ql = quant_layout(c, shape_);
   if (!store_.relayout(*b, ql)) return;
+  if (rope_.bytes() == 0) rope_ = RopeTable(shape_.rope, shape_.head_dim, n_ctx_);  // the store's
   p_ = c;
   p_.adapt = base_p_.adapt;  // describe() and sessions say the cache adapts
   budget_ = *b;
@@ -335,6 +336,8 @@ void TieredKvCache::clear() {
     budget_ = base_budget_;
     qlayout_ = quant_layout(p_, shape_);
     store_ = WindowStore(shape_, budget_, qlayout_, p_.dtype, &rope_);
+    if (budget_.capacity_quant == 0 && p_.prefill_route != PrefillRoute::kStaged)
+      rope_ = RopeTable();  // as the constructor: no Q tier, no table
   }
   adapted_ = -1;
   focus_.clear();

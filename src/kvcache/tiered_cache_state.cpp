@@ -148,6 +148,8 @@ Status TieredKvCache::load_state(ByteReader& r) {
     if (store.n_windows(l) != windows)
       return Status::error("session state: the window table does not match the positions");
   // Nothing changed until every part was read and checked.
+  if (budget.capacity_quant > 0 && rope_.bytes() == 0)
+    rope_ = RopeTable(shape_.rope, shape_.head_dim, n_ctx_);  // a coverage state, no Q before
   p_ = p;
   budget_ = budget;
   qlayout_ = ql;

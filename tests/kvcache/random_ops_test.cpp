@@ -145,8 +145,11 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
       p.bits = rng() % 2 ? 2 : 4;
       given.window = given.local = given.q = given.bits = true;
       if (row.uses_score && rng() % 2) p.score = ScoreMode::kAge;
-      if (p.prefill_route == PrefillRoute::kEnd && rng() % 3 == 0)
+      if (p.prefill_route == PrefillRoute::kEnd && rng() % 3 == 0) {
         p.prefill_window = 1 + int(rng() % 8);
+        // --kv-adapt: either tier, switched at the first prompt end (and back on clear()).
+        if (row.uses_score && rng() % 2) p.adapt = std::array<double, 3>{0.01, 0.5, 50.0}[rng() % 3];
+      }
       given.prefill_window = true;  // 0 too: Eq. 1 stays in the mix (qevict's default is 32)
     } else {
       p.local = 1 + int(rng() % 8);
@@ -382,6 +385,10 @@ class SequenceCheck {
       }
     }
 
+    // --kv-adapt may give the low-bit tier another layout at a prompt's end (and clear() the
+    // configured one back): its figures change, never the budget's total.
+    ASSERT_EQ(rep.budget.total, b_.total) << where();
+    b_ = rep.budget;
     if (b_.kind == CacheKind::kQuantized) {
       // A quantizer keeps every token: its stored bytes stay below the 16-bit cache's.
       // ZipCache adds per-set parameters (f16 key min/step and value scale per column, for
