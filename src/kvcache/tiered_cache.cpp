@@ -376,12 +376,14 @@ std::string TieredKvCache::describe() const {
                            p_.pool_side == PoolSide::kAfter ? "before" : "either side");
   if (p_.score == ScoreMode::kAge)
     scoring += fmt::format("{}age-normalised scores", scoring.empty() ? "" : ", ");
-  if (p_.adapt > 0.0)
-    scoring += fmt::format("{}{} below focus {:g}", scoring.empty() ? "" : ", ",
-                           adapted_ < 0    ? "coverage tier"
-                           : adapted_ == 1 ? "coverage tier chosen: focus"
-                                           : "configured tier kept: focus not",
-                           p_.adapt);
+  if (p_.adapt > 0.0) {
+    const double f = focus_score(focus_);
+    scoring += scoring.empty() ? "" : ", ";
+    scoring += adapted_ < 0 ? fmt::format("coverage tier if focus < {:g} nats", p_.adapt)
+               : adapted_ == 1
+                   ? fmt::format("coverage tier: focus {:.3f} < {:g} nats", f, p_.adapt)
+                   : fmt::format("configured tier: focus {:.3f} >= {:g} nats", f, p_.adapt);
+  }
   if (!scoring.empty()) scoring = " (" + scoring + ")";
   return fmt::format(
       "{}{} (budget {:.1f} KiB/layer{}, K_f {} K_q {}, ω {}, Ω {}, S {}, L {}, INT{}, M_f {} B, "

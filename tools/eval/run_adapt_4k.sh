@@ -17,6 +17,6 @@ D=$QEVICT_DEFAULT
 C=$QEVICT_INT2:kmeta=8:q=0.95
 V="full,$D,$C"
 for t in ${ADAPT:-0.5}; do V+=",$D:adapt=$t"; done
-grid_rounds "${SAMPLES:-2}" --lengths 4096 --seed 0 --haystack essay --protocol end,after,multi \
+grid_rounds "${SAMPLES:-2}" --lengths "${LENGTH:-4096}" --seed 0 --haystack essay --protocol end,after,multi \
   --tasks "${TASKS:-$RULER13}" --variants "$V" --budgets "${BUDGETS:-0.2}" \
   --out "${OUT:-results/eval/adapt-4k}"
