@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cmath>
+#include <functional>
 
 namespace qevict {
 
@@ -51,16 +51,8 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
                        mass_.data(), MassLayout::kSumOverHeads, attn_, pool);
   if (tier_mass_) report_tier_mass(layer);
   if (observing()) {
-    if (p_.adapt > 0.0 && focus_.empty()) {  // the first prompt's every query (PromptFocus::kl)
-      if (generic_.empty()) generic_.resize(size_t(shape_.n_layers));
-      std::vector<double>& g = generic_[size_t(layer)];
-      for (int64_t b = 0; b < nb; ++b) {
-        const int32_t id = block_window_[size_t(b)];
-        if (id < 0) continue;
-        if (size_t(id) >= g.size()) g.resize(size_t(id) + 1, 0.0);
-        g[size_t(id)] += mass_[size_t(b)];
-      }
-    }
+    if (p_.adapt > 0.0 && focus_.empty())  // the first prompt's every query (PromptFocus::kl)
+      for (int64_t b = 0; b < nb; ++b) add_generic(layer, block_window_[size_t(b)], mass_[size_t(b)]);
     return observe(layer, q, pool);
   }
   // S̄(w) += (1/H_q) Σ_h Σ_τ Σ_{i∈w} a_τ^h(i): masses were summed over heads and tokens.
@@ -97,21 +89,22 @@ void TieredKvCache::append_prompt(int layer, const float* q, const float* k, con
       for (int64_t i = blocks_[b].pos0; i < blocks_[b].pos0 + blocks_[b].n; ++i) s += m[h * n + i];
     return s;
   };
-  if (generic) {  // as attend() gathers them (PromptFocus::kl)
-    if (generic_.empty()) generic_.resize(size_t(shape_.n_layers));
-    std::vector<double>& g = generic_[size_t(layer)];
-    for (size_t b = 0; b < block_window_.size(); ++b) {
-      const int32_t id = block_window_[b];
-      if (id < 0) continue;
-      if (size_t(id) >= g.size()) g.resize(size_t(id) + 1, 0.0);
-      g[size_t(id)] += block_sum(x.all_mass, b);
-    }
-  }
+  if (generic)  // as attend() gathers them (PromptFocus::kl)
+    for (size_t b = 0; b < block_window_.size(); ++b)
+      add_generic(layer, block_window_[b], block_sum(x.all_mass, b));
   if (!mass) return;
   if (p_.prefill_window > 0) store_.reset_scores(layer);
   const double inv_hq = 1.0 / shape_.n_q_heads;
   for (size_t b = 0; b < block_window_.size(); ++b)
     store_.add_score(layer, block_window_[b], block_sum(mass, b) * inv_hq);
+}
+
+void TieredKvCache::add_generic(int layer, int32_t id, double mass) {
+  if (id < 0) return;  // the sink
+  if (generic_.empty()) generic_.resize(size_t(shape_.n_layers));
+  std::vector<double>& g = generic_[size_t(layer)];
+  if (size_t(id) >= g.size()) g.resize(size_t(id) + 1, 0.0);
+  g[size_t(id)] += mass;
 }
 
 FusedAttnParams TieredKvCache::fused_params() const {

@@ -124,6 +124,8 @@ class TieredKvCache final : public SequenceKvCache {
   Status route_layer(int l, RoutingPolicy& pol, RoutingRequest& req, RoutingPlan& plan);
   // The one routing event of a deferred prompt (--prefill-route end, staged).
   Status route_prompt();
+  // generic_[layer][id] += mass (grown on demand; the sink, id -1, is not a history window).
+  void add_generic(int layer, int32_t id, double mass);
   // At the first prompt routing with a prefill window: where the observation window's
   // attention fell (focus_), from the window scores it just set.
   void measure_focus();
