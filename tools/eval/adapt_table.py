@@ -34,6 +34,7 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--budget", type=float, default=0.2)
     ap.add_argument("--length", type=int, default=0, help="only this length (default: every)")
+    ap.add_argument("--chosen", type=float, default=None, help="mark this threshold in the plot")
     ap.add_argument("--thresholds", default="0,0.3,0.35,0.4,0.45,0.5,0.55,0.6,0.7,0.8,1,1.5,100")
     args = ap.parse_args()
 
@@ -115,10 +116,10 @@ def main():
             w = csv.DictWriter(f, fieldnames=list(table[0].keys()))
             w.writeheader()
             w.writerows(table)
-        plot(table, os.path.join(args.dir, "adapt.png"))
+        plot(table, focus, os.path.join(args.dir, "adapt.png"), args.chosen)
 
 
-def plot(table, path):
+def plot(table, focus, path, chosen=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -127,8 +128,9 @@ def plot(table, path):
         print("adapt_table: no matplotlib, no plot (run with $(tools/eval/venv.sh))")
         return
     lengths = sorted({t["length"] for t in table})
-    fig, axes = plt.subplots(1, len(lengths), figsize=(6 * len(lengths), 4), squeeze=False)
-    for ax, length in zip(axes[0], lengths):
+    fig, axes = plt.subplots(2, len(lengths), figsize=(6.5 * len(lengths), 7), squeeze=False)
+    for i, length in enumerate(lengths):
+        ax = axes[0][i]
         for proto in PROTOCOLS:
             pts = [t for t in table if t["length"] == length and t["protocol"] == proto]
             if not pts:
@@ -136,10 +138,21 @@ def plot(table, path):
             xs = [min(t["threshold"], 2.0) for t in pts]
             ax.plot(xs, [t["mean"] for t in pts], marker="o", label=proto)
             ax.fill_between(xs, [t["ci95_low"] for t in pts], [t["ci95_high"] for t in pts], alpha=0.15)
-        ax.set_xlabel("--kv-adapt threshold, nats (focus below it: coverage tier)")
+        ax.set_xlabel("--kv-adapt threshold T, nats (2 = every prompt to coverage)")
         ax.set_ylabel("score (macro, %)")
-        ax.set_title(f"{length} tokens: 0 = always the default, 2 = (almost) always coverage")
+        ax.set_title(f"{length} tokens: score if the coverage tier is taken below T")
         ax.legend()
+        # The statistic per prompt, by protocol: where a threshold can separate them.
+        ax = axes[1][i]
+        for j, proto in enumerate(PROTOCOLS):
+            fs = [f for (ln, p, _, _), f in focus.items() if ln == length and p == proto]
+            ax.scatter(fs, [j + 0.08 * ((k % 5) - 2) for k in range(len(fs))], s=18, label=proto)
+        if chosen is not None:
+            ax.axvline(chosen, color="k", linestyle="--", linewidth=1)
+            ax.text(chosen, len(PROTOCOLS) - 0.75, f" T = {chosen:g}", fontsize=9)
+        ax.set_yticks(range(len(PROTOCOLS)), PROTOCOLS)
+        ax.set_xlabel("focus: KL(prompt-end window || the text's own attention), nats, mean over layers")
+        ax.set_title("focus of each prompt (first turn) by protocol")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"adapt_table: wrote {path}")
