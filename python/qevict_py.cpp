@@ -95,6 +95,20 @@ py::dict report_dict(const SequenceKvCache& c) {
   d["promotions"] = t.promotions;
   d["demotions"] = t.demotions;
   d["per_head"] = r.per_head;
+  // Where the prompt's end looked (tiered caches with a prompt-end window; --kv-adapt's
+  // statistic and choice): [layer] dicts, the mean KL, and "coverage" / "configured" / "".
+  py::list focus;
+  for (const PromptFocus& f : r.prompt_focus) {
+    py::dict x;
+    x["history"] = f.history;
+    x["top4"] = f.top4;
+    x["far4"] = f.far4;
+    x["kl"] = f.kl;
+    focus.append(x);
+  }
+  d["prompt_focus"] = focus;
+  d["focus"] = focus_score(r.prompt_focus);
+  d["adapted"] = r.adapted;
   size_t units = r.position_tiers.size(), n = units ? r.position_tiers[0].size() : 0;
   py::array_t<uint8_t> tiers({units, n});
   auto m = tiers.mutable_unchecked<2>();

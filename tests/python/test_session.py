@@ -81,6 +81,28 @@ def test_save_load_gives_the_same_greedy_continuation(model, tmp_path):
     assert t.tokens == s.tokens
 
 
+def test_adapt_reports_its_choice_and_a_saved_session_keeps_it(model, tmp_path):
+    # --kv-adapt 100: every prompt's focus (KL, nats) is below it, so the coverage tier.
+    s = model.session(kv_policy="qevict", kv_budget=0.2, n_ctx=512, prefill_chunk=128, kv_adapt=100)
+    s.append(TURN1)
+    s.generate(max_tokens=6)
+    c = s.cache
+    assert c["adapted"] == "coverage" and 0 < c["focus"] < 100
+    assert len(c["prompt_focus"]) == model.info()["n_layers"]
+    assert "coverage tier" in c["describe"] and "INT2" in c["describe"]
+    plain = make(model)
+    plain.append(TURN1)
+    assert plain.cache["adapted"] == "" and plain.cache["focus"] == 0  # measured only to adapt
+    path = str(tmp_path / "adapted.qsess")
+    assert s.save(path) == "state"
+    t = qevict.Session.load(model, path)
+    assert t.cache["adapted"] == "coverage" and t.cache["focus"] == c["focus"]
+    assert (t.cache["tier_map"] == c["tier_map"]).all()
+    a = s.generate(TURN2, max_tokens=12)
+    b = t.generate(TURN2, max_tokens=12)
+    assert a["tokens"] == b["tokens"]
+
+
 def test_damaged_files_raise_clear_errors(model, tmp_path):
     s = make(model)
     s.append(TURN1)
