@@ -214,10 +214,11 @@ void print_kv_stats(const SequenceKvCache& cache, double decode_seconds) {
   }
   std::fprintf(stderr, "\n");
   if (!r.prompt_focus.empty())  // where the prompt-end window looked (--kv-adapt's statistic)
-    std::fprintf(stderr, "kv-stats: prompt focus %.4f nats (mean over layers of KL(the "
+    std::fprintf(stderr,
+                 "kv-stats: prompt focus %.4f nats (mean over layers of KL(the "
                  "prompt-end window's attention || the prompt's own) over the history)%s%s\n",
-                 focus_score(r.prompt_focus), r.adapted.empty() ? "" : "; low-bit tier: ",
-                 r.adapted.c_str());
+                 focus_score(r.prompt_focus),
+                 r.adapted.empty() ? "" : "; low-bit tier: ", r.adapted.c_str());
   if (r.budget.kind == CacheKind::kQuantized) {
     // A quantizer's byte point: codes + scales + f16 residuals (no scratch), against FullKV's
     // f16 bytes for the same tokens.

@@ -208,7 +208,8 @@ Status RecordingKvCache::replay(SequenceKvCache* dst, ThreadPool& pool) {
   const int64_t window =
       mode == SequenceKvCache::PromptReplay::kMasses ? dst->prompt_mass_window() : 0;
   const std::vector<double>* wmass = window > 0 ? &window_masses(window, pool) : nullptr;
-  const bool all = mode == SequenceKvCache::PromptReplay::kMasses && dst->prompt_replay_all_masses();
+  const bool all =
+      mode == SequenceKvCache::PromptReplay::kMasses && dst->prompt_replay_all_masses();
   if (mode == SequenceKvCache::PromptReplay::kMasses && (window == 0 || all) && !have_mass_)
     compute_masses(pool);
   const bool nu = mode != SequenceKvCache::PromptReplay::kAttend &&

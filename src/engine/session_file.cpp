@@ -44,7 +44,7 @@ void put_params(ByteWriter& w, const KvCacheParams& p) {
   w.put(q.low_share);
   w.put<int32_t>(q.gap);
   w.put<int32_t>(p.key_meta);  // from version 2
-  w.put(p.adapt);               // from version 3
+  w.put(p.adapt);              // from version 3
 }
 
 template <typename T>

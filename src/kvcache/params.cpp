@@ -62,7 +62,8 @@ Status validate_routed(const KvCacheParams& p, const PolicyInfo& row) {
   if (!(p.adapt >= 0.0 && p.adapt <= 100.0))
     return Status::error(fmt::format("--kv-adapt must be in [0, 100] nats, got {}", p.adapt));
   if (p.adapt > 0.0 && (!row.uses_score || row.kind != CacheKind::kWindowed))
-    return Status::error(fmt::format("--kv-adapt applies to the qevict policy, not to {}", p.policy));
+    return Status::error(
+        fmt::format("--kv-adapt applies to the qevict policy, not to {}", p.policy));
   if (p.adapt > 0.0 && (p.prefill_route != PrefillRoute::kEnd || p.prefill_window <= 0))
     return Status::error(
         "--kv-adapt chooses the low-bit tier at the prompt's end, from its observation window: "

@@ -52,7 +52,8 @@ void TieredKvCache::attend(int layer, const float* q, const float* k, const floa
   if (tier_mass_) report_tier_mass(layer);
   if (observing()) {
     if (p_.adapt > 0.0 && focus_.empty())  // the first prompt's every query (PromptFocus::kl)
-      for (int64_t b = 0; b < nb; ++b) add_generic(layer, block_window_[size_t(b)], mass_[size_t(b)]);
+      for (int64_t b = 0; b < nb; ++b)
+        add_generic(layer, block_window_[size_t(b)], mass_[size_t(b)]);
     return observe(layer, q, pool);
   }
   // S̄(w) += (1/H_q) Σ_h Σ_τ Σ_{i∈w} a_τ^h(i): masses were summed over heads and tokens.

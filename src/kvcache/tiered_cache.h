@@ -157,7 +157,7 @@ class TieredKvCache final : public SequenceKvCache {
   // While the first prompt is read with an observation window: every prompt query's
   // attention per window id, summed over heads ([layer][window id]; PromptFocus::kl).
   std::vector<std::vector<double>> generic_;
-  int adapted_ = -1;                // --kv-adapt: -1 not yet, 0 configured tier, 1 coverage
+  int adapted_ = -1;  // --kv-adapt: -1 not yet, 0 configured tier, 1 coverage
   std::unique_ptr<RoutingPolicy> policy_;
   // The pool of a commit_alone / end_prompt_alone call under way, and what the routing
   // threads past the first plan with.

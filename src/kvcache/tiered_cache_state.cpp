@@ -120,8 +120,8 @@ Status TieredKvCache::load_state(ByteReader& r) {
         "session state: saved for another cache (context {}, budget {} B/layer, ω {}, S {}, "
         "INT{}/{}, key metadata {} bits), this one has context {}, budget {} B/layer, ω {}, "
         "S {}, INT{}/{}, key metadata {} bits",
-        n_ctx, total, window, sink, kb, vb, kmeta, n_ctx_, budget.total, p.window, p.sink,
-        ql.kb(), ql.vb(), p.key_meta));
+        n_ctx, total, window, sink, kb, vb, kmeta, n_ctx_, budget.total, p.window, p.sink, ql.kb(),
+        ql.vb(), p.key_meta));
   QEVICT_RETURN_IF_ERROR(r.get(&n_past));
   QEVICT_RETURN_IF_ERROR(r.get(&scores_from));
   if (n_past < 0 || n_past > n_ctx_ || scores_from < 0 || scores_from > n_past)

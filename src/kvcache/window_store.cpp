@@ -35,8 +35,7 @@ Status WindowStore::relayout(const KvBudget& budget, const QuantLayout& ql) {
       budget.full_slot() != budget_.full_slot())
     return Status::error("relayout: the budget differs beyond the low-bit tier");
   for (const Layer& L : layers_)
-    if (L.qpool.in_use() > 0)
-      return Status::error("relayout: windows already have low-bit copies");
+    if (L.qpool.in_use() > 0) return Status::error("relayout: windows already have low-bit copies");
   budget_ = budget;
   ql_ = ql;
   for (Layer& L : layers_) L.qpool = SlotPool(budget_.quant_slot(), pool_chunk_bytes(budget_));

@@ -148,7 +148,8 @@ bool draw_config(const PolicyInfo& row, std::mt19937& rng, Config* c) {
       if (p.prefill_route == PrefillRoute::kEnd && rng() % 3 == 0) {
         p.prefill_window = 1 + int(rng() % 8);
         // --kv-adapt: either tier, switched at the first prompt end (and back on clear()).
-        if (row.uses_score && rng() % 2) p.adapt = std::array<double, 3>{0.01, 0.5, 50.0}[rng() % 3];
+        if (row.uses_score && rng() % 2)
+          p.adapt = std::array<double, 3>{0.01, 0.5, 50.0}[rng() % 3];
       }
       given.prefill_window = true;  // 0 too: Eq. 1 stays in the mix (qevict's default is 32)
     } else {
