@@ -13,7 +13,16 @@ pkgs=(build-essential cmake pkg-config python3 python3-pip python3-venv ca-certi
 tools/apt_install.sh setup "${pkgs[@]}"
 
 jobs=$(nproc 2>/dev/null || echo 2)
+# The models download (network) while the build compiles (CPU); the default model's path is
+# printed last, as before.
+path_file=$(mktemp)
+(tools/fetch_model.sh qwen2.5-coder-0.5b >&2 && tools/fetch_model.sh >"$path_file") &
+fetch_pid=$!
+trap 'kill "$fetch_pid" 2>/dev/null || true; rm -f "$path_file"' EXIT
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build build -j"$jobs" >&2
-tools/fetch_model.sh qwen2.5-coder-0.5b >&2
-tools/fetch_model.sh
+if ! wait "$fetch_pid"; then
+  echo "setup: fetching the models failed (tools/fetch_model.sh above)" >&2
+  exit 1
+fi
+tail -n1 "$path_file"
