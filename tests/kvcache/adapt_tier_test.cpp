@@ -6,7 +6,6 @@
 // configured tier.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 #include <vector>
 
@@ -14,57 +13,24 @@
 #include "core/byte_io.h"
 #include "kvcache/cache_peers.h"
 #include "kvcache/factory.h"
+#include "kvcache/needle_driver.h"
 #include "kvcache/options.h"
 #include "kvcache/params.h"
 
 namespace qevict {
 namespace {
 
-// Rows per token, the same for every layer (as prefill_route_test's NeedleDriver):
-//   sink keys 3·e1; haystack keys e1 + noise; needle keys 4·e0 at [needle0, needle0 + 8)
-//   haystack queries 8·e1 + noise (their attention goes to the sink and the haystack);
-//   question queries 6·e0 (logit 24 on the needle, ~0 elsewhere).
-struct Driver {
-  KvShape s = test::rope_shape(2, 2, 1, 16);
-  int64_t needle0 = 5 + 2 * 8;
-  std::mt19937 rng{7};
-  std::normal_distribution<float> noise{0.0f, 1.0f};
+using test::NeedleDriver;
+using test::Role;
 
+// The toy needle prompt (tests/kvcache/needle_driver.h): 400 tokens of haystack with the
+// needle, then 32 tokens that are a question (queries 6·e0, logit 24 on the needle) or more
+// text, and the prompt's end.
+struct Driver : NeedleDriver {
+  Driver() : NeedleDriver(7) {}
   void call(SequenceKvCache& c, int64_t n, bool question, ThreadPool& pool) {
-    const int64_t p0 = c.n_past();
-    const int qw = s.q_width(), kw = s.kv_width(), d = s.head_dim;
-    std::vector<float> q(size_t(n) * qw, 0.0f), k(size_t(n) * kw, 0.0f), v(k.size(), 0.0f),
-        o(q.size());
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t pos = p0 + t;
-      float* kt = k.data() + t * kw;
-      float* vt = v.data() + t * kw;
-      if (pos < 5) {
-        kt[1] = 3.0f;
-      } else if (pos >= needle0 && pos < needle0 + 8) {
-        kt[0] = 4.0f;
-        vt[5] = 10.0f;
-      } else {
-        kt[1] = 1.0f;
-        for (int i = 2; i < d; ++i) kt[i] = 0.3f * noise(rng);
-        for (int i = 0; i < d; ++i) vt[i] = noise(rng);
-      }
-      for (int h = 0; h < s.n_q_heads; ++h) {
-        float* qt = q.data() + size_t(t) * qw + h * d;
-        if (question) {
-          qt[0] = 6.0f;
-        } else {
-          qt[1] = 8.0f;
-          for (int i = 2; i < d; ++i) qt[i] = 0.3f * noise(rng);
-        }
-      }
-    }
-    ASSERT_TRUE(c.begin(n).is_ok());
-    for (int l = 0; l < s.n_layers; ++l) c.attend(l, q.data(), k.data(), v.data(), o.data(), pool);
-    ASSERT_TRUE(c.commit().is_ok());
+    NeedleDriver::call(c, n, question ? Role::kQuestion : Role::kHaystack, pool);
   }
-
-  // 400 tokens of haystack (with the needle), then 32 tokens that are a question or more text.
   void prompt(SequenceKvCache& c, bool question, ThreadPool& pool) {
     for (int chunk = 0; chunk < 4; ++chunk) call(c, 100, false, pool);
     call(c, 32, question, pool);
