@@ -247,17 +247,23 @@ void TieredKvCache::measure_focus() {
 void TieredKvCache::adapt_tier() {
   adapted_ = 0;
   if (focus_score(focus_) >= p_.adapt) return;  // a question about the text is in view
-  const KvCacheParams c = coverage_params(p_);
-  auto b = compute_budget(CacheKind::kWindowed, shape_, n_ctx_, c);
-  if (!b || b->total != budget_.total) return;  // e.g. a floored budget: keep the configured
-  const QuantLayout ql = quant_layout(c, shape_);
-  if (!store_.relayout(*b, ql)) return;
+  auto t = tier_setup(true);
+  if (!t || t->budget.total != budget_.total) return;  // e.g. a floored budget: keep the configured
+  if (!store_.relayout(t->budget, t->layout)) return;
   if (rope_.bytes() == 0) rope_ = RopeTable(shape_.rope, shape_.head_dim, n_ctx_);  // the store's
-  p_ = c;
-  p_.adapt = base_p_.adapt;  // describe() and sessions say the cache adapts
-  budget_ = *b;
-  qlayout_ = ql;
+  p_ = t->p;
+  budget_ = t->budget;
+  qlayout_ = t->layout;
   adapted_ = 1;
+}
+
+Expected<TieredKvCache::TierSetup> TieredKvCache::tier_setup(bool coverage) const {
+  if (!coverage) return TierSetup{base_p_, base_budget_, quant_layout(base_p_, shape_)};
+  KvCacheParams c = coverage_params(base_p_);
+  c.adapt = base_p_.adapt;
+  auto b = compute_budget(CacheKind::kWindowed, shape_, n_ctx_, c);
+  if (!b) return b.status();
+  return TierSetup{c, *b, quant_layout(c, shape_)};
 }
 
 Status TieredKvCache::end_prompt() {
@@ -326,9 +332,10 @@ void TieredKvCache::trim_scratch() {
 
 void TieredKvCache::clear() {
   if (adapted_ == 1) {  // back to the configured tier (nothing has a low-bit copy after clear)
-    p_ = base_p_;
-    budget_ = base_budget_;
-    qlayout_ = quant_layout(p_, shape_);
+    TierSetup t = *tier_setup(false);
+    p_ = t.p;
+    budget_ = t.budget;
+    qlayout_ = t.layout;
     store_ = WindowStore(shape_, budget_, qlayout_, p_.dtype, &rope_);
     if (budget_.capacity_quant == 0 && p_.prefill_route != PrefillRoute::kStaged)
       rope_ = RopeTable();  // as the constructor: no Q tier, no table

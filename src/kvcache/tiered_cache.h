@@ -132,6 +132,15 @@ class TieredKvCache final : public SequenceKvCache {
   // --kv-adapt: the coverage tier when focus_score(focus_) < p_.adapt (before any window has
   // a low-bit copy; the budget's total unchanged), else the configured one.
   void adapt_tier();
+  // The tier a cache runs in: the configured one, or --kv-adapt's coverage tier (its params,
+  // with `adapt` kept so that describe() and sessions say the cache adapts). Shared by
+  // adapt_tier() and load_state().
+  struct TierSetup {
+    KvCacheParams p;
+    KvBudget budget;
+    QuantLayout layout;
+  };
+  Expected<TierSetup> tier_setup(bool coverage) const;
   // --prefill-route staged, after a prompt chunk: every layer's aged windows to the low-bit
   // tier (WindowStore::stage).
   void stage_prompt();

@@ -104,16 +104,11 @@ Status TieredKvCache::load_state(ByteReader& r) {
     }
   }
   // The layout the state was saved in: the configured one, or --kv-adapt's coverage tier.
-  KvCacheParams p = base_p_;
-  KvBudget budget = base_budget_;
-  if (adapted == 1) {
-    p = coverage_params(base_p_);
-    p.adapt = base_p_.adapt;
-    auto b = compute_budget(CacheKind::kWindowed, shape_, n_ctx_, p);
-    if (!b) return b.status();
-    budget = *b;
-  }
-  const QuantLayout ql = quant_layout(p, shape_);
+  auto tier = tier_setup(adapted == 1);
+  if (!tier) return tier.status();
+  const KvCacheParams& p = tier->p;
+  const KvBudget& budget = tier->budget;
+  const QuantLayout& ql = tier->layout;
   if (n_ctx != n_ctx_ || total != budget.total || window != p.window || sink != p.sink ||
       kb != ql.kb() || vb != ql.vb() || kmeta != p.key_meta)
     return Status::error(fmt::format(
