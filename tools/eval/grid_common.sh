@@ -30,6 +30,13 @@ bash tools/fetch_ruler_data.sh >/dev/null  # qa_1/qa_2 and the essay haystack
 grid_rounds() {
   local max=$1 s pid
   shift
+  # nice alone does not yield to other sessions when the kernel groups tasks by session
+  # (sched_autogroup, Debian's default): a grid started with setsid took a whole core from a
+  # CI run beside it. When this script leads its own session (started with setsid), the
+  # session's group gets the lowest weight too; a terminal's session is left alone.
+  if [ "$(ps -o sid= -p $$ | tr -d ' ')" = "$$" ]; then
+    echo 19 2>/dev/null >/proc/self/autogroup || true
+  fi
   for s in $(seq 1 "$max"); do
     while [ -e /work/measure/QUIET ]; do sleep 20; done
     nice -n 19 "$GRID_BIN" eval -t 2 -m "$GRID_MODEL" --samples "$s" "$@" &
