@@ -9,7 +9,8 @@
 # coverage column's lines (tools/eval/adapt_table.py); the adapt columns check that the switch
 # gives exactly those answers. A new folder: these cells come from one binary (after c2d54ce, which
 # changed the 0.5B's decode numerics; EVALUATION "Machine time"). Samples in rounds (SAMPLES=N,
-# default 2); resumable; QEVICT_BIN=PATH runs a copy.
+# default 2); resumable; QEVICT_BIN=PATH runs a copy. SEED (default 0, the tuning split) and
+# BASELINES (a comma list of variants) serve the test-split wrapper run_adapt_8k_test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source tools/eval/grid_common.sh
@@ -17,6 +18,7 @@ D=$QEVICT_DEFAULT
 C=$QEVICT_INT2:kmeta=8:q=0.95
 V="full,$D,$C"
 for t in ${ADAPT:-0.5}; do V+=",$D:adapt=$t"; done
-grid_rounds "${SAMPLES:-2}" --lengths "${LENGTH:-4096}" --seed 0 --haystack essay --protocol end,after,multi \
+[ -z "${BASELINES:-}" ] || V+=",$BASELINES"  # eviction baselines in the same run
+grid_rounds "${SAMPLES:-2}" --lengths "${LENGTH:-4096}" --seed "${SEED:-0}" --haystack essay --protocol end,after,multi \
   --tasks "${TASKS:-$RULER13}" --variants "$V" --budgets "${BUDGETS:-0.2}" \
   --out "${OUT:-results/eval/adapt-4k}"
