@@ -237,8 +237,8 @@ QEVICT_Q8_TARGET inline void pair_step(const uint8_t* const* rows, size_t off, s
 // y for kR rows starting at w (row_bytes apart) and kT tokens of px (token t's pairs at
 // px + t * n_pairs).
 template <Kind K, size_t kR, size_t kT>
-QEVICT_Q8_TARGET void tile(const uint8_t* w, size_t row_bytes, size_t n_blocks, const PairX* px,
-                           size_t n_pairs, float* y, size_t ldy) {
+QEVICT_Q8_TARGET void block_tile(const uint8_t* w, size_t row_bytes, size_t n_blocks,
+                                 const PairX* px, size_t n_pairs, float* y, size_t ldy) {
   constexpr size_t pair_bytes = 2 * block_bytes(K);
   const uint8_t* rows[kR];
   for (size_t r = 0; r < kR; ++r) rows[r] = w + r * row_bytes;
@@ -262,43 +262,23 @@ QEVICT_Q8_TARGET void tile(const uint8_t* w, size_t row_bytes, size_t n_blocks, 
   }
 }
 
-template <Kind K, size_t kT>
-QEVICT_Q8_TARGET void rows_of(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_blocks,
-                              const PairX* px, size_t n_pairs, float* y, size_t ldy) {
-  constexpr size_t kR = 4;
-  size_t r = 0;
-  for (; r + kR <= n_rows; r += kR) {
-    tile<K, kR, kT>(w + r * row_bytes, row_bytes, n_blocks, px, n_pairs, y + r, ldy);
-  }
-  for (; r < n_rows; ++r) {
-    tile<K, 1, kT>(w + r * row_bytes, row_bytes, n_blocks, px, n_pairs, y + r, ldy);
-  }
-}
-
+// The 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) for the tiling below (run):
+// blocks in pairs, two to a PairX.
 template <Kind K>
-QEVICT_Q8_TARGET void run(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_cols,
-                          const float* x, size_t ldx, size_t n_tokens, float* y, size_t ldy) {
-  const size_t n_blocks = n_cols / 32, n_pairs = (n_blocks + 1) / 2;
-  // thread_local: the activations in 8 bits, a matmul call's scratch (the model's, not a KV
-  // cache's), sized by its tokens; matmul's API takes no scratch.
-  thread_local std::vector<PairX> scratch;
-  if (scratch.size() < n_tokens * n_pairs) scratch.resize(n_tokens * n_pairs);
-  PairX* px = scratch.data();
-  prepare_x<K>(x, ldx, n_tokens, n_blocks, px);
-  // Tiles of up to 4 tokens: each weight pair is unpacked once per tile.
-  size_t t = 0;
-  for (; t + 4 <= n_tokens; t += 4) {
-    rows_of<K, 4>(w, row_bytes, n_rows, n_blocks, px + t * n_pairs, n_pairs, y + t * ldy, ldy);
+struct BlockFormat {
+  using X = PairX;
+  static size_t units(size_t n_cols) { return n_cols / 32; }  // blocks a row
+  static size_t pairs(size_t n_cols) { return (units(n_cols) + 1) / 2; }
+  QEVICT_Q8_TARGET static void prepare(const float* x, size_t ldx, size_t n_tokens, size_t n_cols,
+                                       X* px) {
+    prepare_x<K>(x, ldx, n_tokens, units(n_cols), px);
   }
-  const size_t left = n_tokens - t;
-  const PairX* pt = px + t * n_pairs;
-  float* yt = y + t * ldy;
-  if (left == 3) rows_of<K, 3>(w, row_bytes, n_rows, n_blocks, pt, n_pairs, yt, ldy);
-  if (left == 2) rows_of<K, 2>(w, row_bytes, n_rows, n_blocks, pt, n_pairs, yt, ldy);
-  if (left == 1) rows_of<K, 1>(w, row_bytes, n_rows, n_blocks, pt, n_pairs, yt, ldy);
-  // A few MiB of scratch (long rows x many tokens) are not kept past the call.
-  if (scratch.size() * sizeof(PairX) > (size_t(4) << 20)) std::vector<PairX>().swap(scratch);
-}
+  template <size_t kR, size_t kT>
+  QEVICT_Q8_TARGET static void tile(const uint8_t* w, size_t row_bytes, size_t n_units, const X* px,
+                                    size_t n_pairs, float* y, size_t ldy) {
+    block_tile<K, kR, kT>(w, row_bytes, n_units, px, n_pairs, y, ldy);
+  }
+};
 
 // ---- K-quants: Q4_K and Q6_K (256-element super-blocks of 32-element sub-blocks) ----
 //
@@ -401,8 +381,8 @@ QEVICT_Q8_TARGET inline WPair load_kpair(const uint8_t* sb, int i, __m512 ss) {
 }
 
 template <GgmlType T, size_t kR, size_t kT>
-QEVICT_Q8_TARGET void ktile(const uint8_t* w, size_t row_bytes, size_t n_super, const KPairX* px,
-                            size_t n_pairs, float* y, size_t ldy) {
+QEVICT_Q8_TARGET void kquant_tile(const uint8_t* w, size_t row_bytes, size_t n_super,
+                                  const KPairX* px, size_t n_pairs, float* y, size_t ldy) {
   constexpr size_t sb_bytes = T == GgmlType::kQ4_K ? 144 : 210;
   const uint8_t* rows[kR];
   for (size_t r = 0; r < kR; ++r) rows[r] = w + r * row_bytes;
@@ -442,38 +422,64 @@ QEVICT_Q8_TARGET void ktile(const uint8_t* w, size_t row_bytes, size_t n_super, 
   }
 }
 
-template <GgmlType T, size_t kT>
-QEVICT_Q8_TARGET void krows_of(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_super,
-                               const KPairX* px, size_t n_pairs, float* y, size_t ldy) {
+// Q4_K and Q6_K for the tiling below: 256-element super-blocks, four pairs to one, prepared
+// as KPairX.
+template <GgmlType T>
+struct KQuantFormat {
+  using X = KPairX;
+  static size_t units(size_t n_cols) { return n_cols / 256; }  // super-blocks a row
+  static size_t pairs(size_t n_cols) { return n_cols / 64; }
+  QEVICT_Q8_TARGET static void prepare(const float* x, size_t ldx, size_t n_tokens, size_t n_cols,
+                                       X* px) {
+    prepare_kx<T>(x, ldx, n_tokens, pairs(n_cols), px);
+  }
+  template <size_t kR, size_t kT>
+  QEVICT_Q8_TARGET static void tile(const uint8_t* w, size_t row_bytes, size_t n_units, const X* px,
+                                    size_t n_pairs, float* y, size_t ldy) {
+    kquant_tile<T, kR, kT>(w, row_bytes, n_units, px, n_pairs, y, ldy);
+  }
+};
+
+// ---- The tiling every format shares (F: BlockFormat or KQuantFormat) ----
+
+// kT tokens' outputs over every row, in tiles of 4 rows (then single rows).
+template <class F, size_t kT>
+QEVICT_Q8_TARGET void rows_of(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_units,
+                              const typename F::X* px, size_t n_pairs, float* y, size_t ldy) {
   constexpr size_t kR = 4;
   size_t r = 0;
   for (; r + kR <= n_rows; r += kR) {
-    ktile<T, kR, kT>(w + r * row_bytes, row_bytes, n_super, px, n_pairs, y + r, ldy);
+    F::template tile<kR, kT>(w + r * row_bytes, row_bytes, n_units, px, n_pairs, y + r, ldy);
   }
   for (; r < n_rows; ++r) {
-    ktile<T, 1, kT>(w + r * row_bytes, row_bytes, n_super, px, n_pairs, y + r, ldy);
+    F::template tile<1, kT>(w + r * row_bytes, row_bytes, n_units, px, n_pairs, y + r, ldy);
   }
 }
 
-template <GgmlType T>
-QEVICT_Q8_TARGET void krun(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_cols,
-                           const float* x, size_t ldx, size_t n_tokens, float* y, size_t ldy) {
-  const size_t n_super = n_cols / 256, n_pairs = n_cols / 64;
-  thread_local std::vector<KPairX> scratch;  // as run()'s
+template <class F>
+QEVICT_Q8_TARGET void run(const uint8_t* w, size_t row_bytes, size_t n_rows, size_t n_cols,
+                          const float* x, size_t ldx, size_t n_tokens, float* y, size_t ldy) {
+  using X = typename F::X;
+  const size_t n_units = F::units(n_cols), n_pairs = F::pairs(n_cols);
+  // thread_local: the activations in 8 bits, a matmul call's scratch (the model's, not a KV
+  // cache's), sized by its tokens; matmul's API takes no scratch.
+  thread_local std::vector<X> scratch;
   if (scratch.size() < n_tokens * n_pairs) scratch.resize(n_tokens * n_pairs);
-  KPairX* px = scratch.data();
-  prepare_kx<T>(x, ldx, n_tokens, n_pairs, px);
+  X* px = scratch.data();
+  F::prepare(x, ldx, n_tokens, n_cols, px);
+  // Tiles of up to 4 tokens: each weight pair is unpacked once per tile.
   size_t t = 0;
   for (; t + 4 <= n_tokens; t += 4) {
-    krows_of<T, 4>(w, row_bytes, n_rows, n_super, px + t * n_pairs, n_pairs, y + t * ldy, ldy);
+    rows_of<F, 4>(w, row_bytes, n_rows, n_units, px + t * n_pairs, n_pairs, y + t * ldy, ldy);
   }
   const size_t left = n_tokens - t;
-  const KPairX* pt = px + t * n_pairs;
+  const X* pt = px + t * n_pairs;
   float* yt = y + t * ldy;
-  if (left == 3) krows_of<T, 3>(w, row_bytes, n_rows, n_super, pt, n_pairs, yt, ldy);
-  if (left == 2) krows_of<T, 2>(w, row_bytes, n_rows, n_super, pt, n_pairs, yt, ldy);
-  if (left == 1) krows_of<T, 1>(w, row_bytes, n_rows, n_super, pt, n_pairs, yt, ldy);
-  if (scratch.size() * sizeof(KPairX) > (size_t(4) << 20)) std::vector<KPairX>().swap(scratch);
+  if (left == 3) rows_of<F, 3>(w, row_bytes, n_rows, n_units, pt, n_pairs, yt, ldy);
+  if (left == 2) rows_of<F, 2>(w, row_bytes, n_rows, n_units, pt, n_pairs, yt, ldy);
+  if (left == 1) rows_of<F, 1>(w, row_bytes, n_rows, n_units, pt, n_pairs, yt, ldy);
+  // A few MiB of scratch (long rows x many tokens) are not kept past the call.
+  if (scratch.size() * sizeof(X) > (size_t(4) << 20)) std::vector<X>().swap(scratch);
 }
 #endif  // __x86_64__
 
@@ -489,19 +495,21 @@ void matmul(GgmlType type, const uint8_t* w, size_t row_bytes, size_t n_rows, si
 #if defined(__x86_64__)
   switch (type) {
     case GgmlType::kQ4_0:
-      return run<Kind::kQ4_0>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+      return run<BlockFormat<Kind::kQ4_0>>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
     case GgmlType::kQ4_1:
-      return run<Kind::kQ4_1>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+      return run<BlockFormat<Kind::kQ4_1>>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
     case GgmlType::kQ5_0:
-      return run<Kind::kQ5_0>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+      return run<BlockFormat<Kind::kQ5_0>>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
     case GgmlType::kQ5_1:
-      return run<Kind::kQ5_1>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+      return run<BlockFormat<Kind::kQ5_1>>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
     case GgmlType::kQ8_0:
-      return run<Kind::kQ8_0>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+      return run<BlockFormat<Kind::kQ8_0>>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
     case GgmlType::kQ4_K:
-      return krun<GgmlType::kQ4_K>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+      return run<KQuantFormat<GgmlType::kQ4_K>>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y,
+                                                ldy);
     case GgmlType::kQ6_K:
-      return krun<GgmlType::kQ6_K>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y, ldy);
+      return run<KQuantFormat<GgmlType::kQ6_K>>(w, row_bytes, n_rows, n_cols, x, ldx, n_tokens, y,
+                                                ldy);
     default:
       break;
   }
