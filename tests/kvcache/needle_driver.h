@@ -17,8 +17,12 @@ namespace qevict::test {
 // What a token carries (see NeedleDriver).
 enum class Role { kRandom, kHaystack, kQuestion };
 
+// The toy shape: 2 layers, 2 query heads on 1 KV head of 16 channels, RoPE. The prefill-route
+// tests that drive no needle use it too, so both kinds run on one shape.
+inline KvShape needle_shape() { return rope_shape(2, 2, 1, 16); }
+
 // Builds the q/k/v rows of a call from a token's position and role, the same for every layer
-// (shape: 2 layers, 2 query heads on 1 KV head of 16 channels, RoPE):
+// (shape: needle_shape()):
 //   sink keys      3·e1 (haystack queries put much of their mass there, as in real models)
 //   haystack keys  e1 + 0.3·noise,  values noise (channel 5 zero)
 //   needle keys    4·e0 (positions [needle0, needle0 + 8): one ω-window), values 10·e5
@@ -28,7 +32,7 @@ enum class Role { kRandom, kHaystack, kQuestion };
 struct NeedleDriver {
   explicit NeedleDriver(uint32_t seed = 2024) : rng(seed) {}
 
-  KvShape s = rope_shape(2, 2, 1, 16);
+  KvShape s = needle_shape();
   int64_t needle0 = 5 + 2 * 8;  // window 2, early in the prompt
   std::mt19937 rng;
   std::normal_distribution<float> noise{0.0f, 1.0f};

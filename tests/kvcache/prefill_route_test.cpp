@@ -25,7 +25,7 @@
 namespace qevict {
 namespace {
 
-KvShape shape() { return test::rope_shape(2, 2, 1, 16); }
+KvShape shape() { return test::needle_shape(); }
 
 std::unique_ptr<SequenceKvCache> make(const KvShape& s, int64_t n_ctx, const KvCacheParams& p) {
   auto c = make_kv_cache(s, n_ctx, p);
