@@ -23,6 +23,23 @@ void q4_k_scale_min(const uint8_t* sc, int s, int* scale, int* min) {
   }
 }
 
+// Q4_K: chunk c (64 elements) uses qs[32c .. 32c + 32) (qs at byte 16): its first 32
+// elements are the low nibbles (sub-block 2c), the next 32 the high nibbles (2c + 1).
+int q4_k_code(const uint8_t* b, int e) {
+  const int byte = b[16 + 32 * (e / 64) + e % 32];
+  return ((e / 32) % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+}
+
+// Q6_K: half h (128 elements) uses ql[64h ..] and qh[32h ..] (qh at byte 128); within it,
+// quarter g (32 elements, lane l) takes the low 4 bits from ql[64h + 32(g & 1) + l] (low
+// nibble for g < 2, high for g >= 2) and the top 2 bits from bits 2g..2g+1 of qh[32h + l].
+int q6_k_code(const uint8_t* b, int e) {
+  const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+  const int lo = (b[64 * h + 32 * (g & 1) + l] >> (4 * (g >> 1))) & 0xF;
+  const int hi = (b[128 + 32 * h + l] >> (2 * g)) & 3;
+  return lo | (hi << 4);
+}
+
 namespace {
 
 uint16_t load_u16(const uint8_t* p) {
@@ -91,41 +108,27 @@ void dequant_q8_0(const uint8_t* b, float* y) {
 }
 
 // Q4_K, 144 bytes: f16 d | f16 dmin | u8 scales[12] | u8 qs[128]; 256 elements in 8
-// sub-blocks of 32. Chunk c (64 elements) uses qs[32c .. 32c + 32): its first 32
-// elements are the low nibbles (sub-block 2c), the next 32 the high nibbles (2c + 1).
-// x = d * scale * q - dmin * min.
+// sub-blocks of 32 (codes: q4_k_code). x = d * scale * q - dmin * min.
 void dequant_q4_k(const uint8_t* b, float* y) {
   const float d = load_f16(b);
   const float dmin = load_f16(b + 2);
   const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
   for (int e = 0; e < 256; ++e) {
-    const int s = e / 32;
-    const int byte = qs[32 * (e / 64) + e % 32];
-    const int q = (s % 2 == 0) ? (byte & 0xF) : (byte >> 4);
     int scale, min;
-    q4_k_scale_min(scales, s, &scale, &min);
+    q4_k_scale_min(scales, e / 32, &scale, &min);
     const float d1 = d * static_cast<float>(scale);   // exact: 11 x 6 bits
     const float m1 = dmin * static_cast<float>(min);  // exact
-    y[e] = d1 * static_cast<float>(q) - m1;
+    y[e] = d1 * static_cast<float>(q4_k_code(b, e)) - m1;
   }
 }
 
 // Q6_K, 210 bytes: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d; 256 elements, scale
-// scales[e / 16]. Half h (128 elements) uses ql[64h ..], qh[32h ..]; within it, quarter
-// g (32 elements, lane l) takes the low 4 bits from ql[64h + 32(g & 1) + l] (low nibble
-// for g < 2, high for g >= 2) and the top 2 bits from bits 2g..2g+1 of qh[32h + l].
-// x = d * scale * (q - 32).
+// scales[e / 16] (codes: q6_k_code). x = d * scale * (q - 32).
 void dequant_q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
   const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
   const float d = load_f16(b + 208);
   for (int e = 0; e < 256; ++e) {
-    const int h = e / 128, g = (e % 128) / 32, l = e % 32;
-    const int lo = (ql[64 * h + 32 * (g & 1) + l] >> (4 * (g >> 1))) & 0xF;
-    const int hi = (qh[32 * h + l] >> (2 * g)) & 3;
-    const int q = (lo | (hi << 4)) - 32;
+    const int q = q6_k_code(b, e) - 32;
     const float ds = d * static_cast<float>(scales[e / 16]);  // exact: 11 x 8 bits
     y[e] = ds * static_cast<float>(q);                        // exact: + 6 bits
   }

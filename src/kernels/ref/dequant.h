@@ -26,4 +26,10 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 // Q4_K's 6-bit scale and min of sub-block s (0..7) from the 12 packed bytes of its block.
 void q4_k_scale_min(const uint8_t* sc, int s, int* scale, int* min);
 
+// The code of element e (0..255) of a K-quant block `b` as stored, before scales: Q4_K's
+// 4-bit q (x = d·scale·q − dmin·min), Q6_K's 6-bit q (x = d·scale·(q − 32)). Shared by the
+// dequantizers and the reference 8-bit matmul, which needs the codes themselves.
+int q4_k_code(const uint8_t* b, int e);
+int q6_k_code(const uint8_t* b, int e);
+
 }  // namespace qevict::ref

@@ -80,22 +80,16 @@ WBlock k_block(GgmlType t, const uint8_t* row, int64_t b) {
     o.d[0] = o.d[1] = f16_at(sb) * static_cast<float>(scale);  // exact
     o.m = -(f16_at(sb + 2) * static_cast<float>(min));         // exact
     o.has_m = true;
-    const uint8_t* qs = sb + 16 + 32 * (s / 2);
-    for (int i = 0; i < 32; ++i) o.c[i] = (s % 2 == 0) ? (qs[i] & 0xF) : (qs[i] >> 4);
+    for (int i = 0; i < 32; ++i) o.c[i] = q4_k_code(sb, 32 * s + i);
     return o;
   }
   // Q6_K: x = d scale (q - 32), scale per 16 elements.
-  const int h = s / 4, g = s % 4;
   const int8_t* scales = reinterpret_cast<const int8_t*>(sb + 192);
   const float d = f16_at(sb + 208);
-  o.d[0] = d * static_cast<float>(scales[8 * h + 2 * g]);  // exact
-  o.d[1] = d * static_cast<float>(scales[8 * h + 2 * g + 1]);
+  o.d[0] = d * static_cast<float>(scales[2 * s]);  // exact
+  o.d[1] = d * static_cast<float>(scales[2 * s + 1]);
   o.bias = 32;
-  for (int l = 0; l < 32; ++l) {
-    const int lo = (sb[64 * h + 32 * (g & 1) + l] >> (4 * (g >> 1))) & 0xF;
-    const int hi = (sb[128 + 32 * h + l] >> (2 * g)) & 3;
-    o.c[l] = lo | (hi << 4);
-  }
+  for (int l = 0; l < 32; ++l) o.c[l] = q6_k_code(sb, 32 * s + l);
   return o;
 }
 
