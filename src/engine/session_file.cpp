@@ -43,8 +43,8 @@ void put_params(ByteWriter& w, const KvCacheParams& p) {
   w.put<int32_t>(q.f16_first);
   w.put(q.low_share);
   w.put<int32_t>(q.gap);
-  w.put<int32_t>(p.key_meta);   // from version 2
-  w.put(p.adapt);               // from version 3
+  w.put<int32_t>(p.key_meta);  // from version 2
+  w.put(p.adapt);              // from version 3
   w.put<int32_t>(p.turn_pool);  // from version 4
 }
 

@@ -1,7 +1,7 @@
 // Session files' versions (engine/session_file.h) without a model: version 2 carries the
-// low-bit tier's key_meta, version 3 --kv-adapt, version 4 --kv-turn-pool; a version 1 file (the
-// committed fuzz seeds were written by a version 1 build) still reads, as f16 key scales and zeros;
-// a newer version is a clear error.
+// low-bit tier's key_meta, version 3 --kv-adapt, version 4 --kv-turn-pool; a version 1 file (the committed fuzz seeds were
+// written by a version 1 build) still reads, as f16 key scales and zeros; a newer version is a
+// clear error.
 #include "engine/session_file.h"
 
 #include <gtest/gtest.h>

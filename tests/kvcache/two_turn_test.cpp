@@ -310,7 +310,8 @@ TEST(TwoTurns, TurnPoolSetsTheLaterTurnsPoolingOnly) {
     ASSERT_TRUE(d.call(*c, 400 - b0 - 8, Key::kHaystack, Query::kHaystack, pool));
     ASSERT_TRUE(c->end_prompt().is_ok());
     turn1[turn_pool + 1] = report_of(*c, ReportDetail::kTiers).position_tiers;
-    for (int t = 0; t < 8; ++t) ASSERT_TRUE(d.call(*c, 1, Key::kHaystack, Query::kHaystack, pool));
+    for (int t = 0; t < 8; ++t)
+      ASSERT_TRUE(d.call(*c, 1, Key::kHaystack, Query::kHaystack, pool));
     // Turn 2: haystack keys; its last 32 queries read A (7·e0) and B (6·e2).
     ASSERT_TRUE(d.call(*c, 40, Key::kHaystack, Query::kHaystack, pool));
     ASSERT_TRUE(d.call(*c, 32, Key::kHaystack, Query::kAThenB, pool));
