@@ -45,7 +45,6 @@ void put_params(ByteWriter& w, const KvCacheParams& p) {
   w.put<int32_t>(q.gap);
   w.put<int32_t>(p.key_meta);  // from version 2
   w.put(p.adapt);              // from version 3
-  w.put<int32_t>(p.turn_pool);  // from version 4
 }
 
 template <typename T>
@@ -104,8 +103,6 @@ Status get_params(ByteReader& r, uint32_t version, KvCacheParams* p) {
   if (version >= 2) QEVICT_RETURN_IF_ERROR(get_int(r, &p->key_meta, 8, 16, "key_meta"));
   p->adapt = 0.0;  // versions 1 and 2 had no --kv-adapt
   if (version >= 3) QEVICT_RETURN_IF_ERROR(r.get(&p->adapt));
-  p->turn_pool = -1;  // versions 1-3 had no --kv-turn-pool
-  if (version >= 4) QEVICT_RETURN_IF_ERROR(get_int(r, &p->turn_pool, -1, 64, "turn_pool"));
   // The rest (a known policy, ranges that depend on each other) is the cache factory's check,
   // which Session::load runs by building the cache.
   return p->validate();

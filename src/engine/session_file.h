@@ -1,6 +1,6 @@
 // Session files (engine/session.h): a conversation's tokens and its cache's state, to disk and
 // back. Layout, little-endian:
-//   magic "QEVSESS\0" (8 bytes), u32 version (kSessionFileVersion), u32 reserved (0),
+//   magic "QEVSESS\0" (8 bytes), u32 version (2), u32 reserved (0),
 //   u64 payload bytes, u64 FNV-1a 64 checksum of the payload, then the payload:
 //   u64 model fingerprint, model name, KV options (every KvCacheParams field that shapes the
 //   cache), n_ctx, prefill chunk, the history's tokens, the cache's n_past, bytes by tier
@@ -21,9 +21,8 @@
 namespace qevict {
 
 // 2: adds the low-bit tier's key_meta after the quantizer options (1: read as key_meta 16);
-// 3: adds --kv-adapt after it (1, 2: read as 0); 4: adds --kv-turn-pool after that (1-3: read
-// as -1).
-inline constexpr uint32_t kSessionFileVersion = 4;
+// 3: adds --kv-adapt after it (1, 2: read as 0).
+inline constexpr uint32_t kSessionFileVersion = 3;
 
 struct SessionFileContents {
   uint64_t model_fingerprint = 0;

@@ -232,11 +232,6 @@ void add_tier_rows(std::vector<KvOptionInfo>& r) {
                       "spans windows); 0: its own score. Default 2 with --prefill-route end and "
                       "a prefill window (chosen from the eval suite, EVALUATION.md), else 0",
                       &KvCacheParams::pool, &KvParamsGiven::pool));
-  r.push_back(int_row("turn_pool", "--kv-turn-pool",
-                      "qevict: --kv-pool for a later turn's prompt (one appended after the "
-                      "first was routed: a question after the text), whose routing decides "
-                      "what is promoted for it; -1: as --kv-pool",
-                      &KvCacheParams::turn_pool, nullptr));
   r.push_back(enum_row<PoolSide>(
       "pool_side", "--kv-pool-side",
       "qevict pooling: both (the windows either side of a peak rise with it) or after (only "

@@ -70,16 +70,6 @@ Status validate_routed(const KvCacheParams& p, const PolicyInfo& row) {
         "it needs --prefill-route end and --prefill-window > 0 (qevict's defaults)");
   if (p.pool < 0 || p.pool > 64)
     return Status::error(fmt::format("--kv-pool must be in [0, 64], got {}", p.pool));
-  if (p.turn_pool < -1 || p.turn_pool > 64)
-    return Status::error(
-        fmt::format("--kv-turn-pool must be -1 (as --kv-pool) or in [0, 64], got {}", p.turn_pool));
-  if (p.turn_pool >= 0 && (!row.uses_score || row.kind != CacheKind::kWindowed))
-    return Status::error(
-        fmt::format("--kv-turn-pool applies to the qevict policy, not to {}", p.policy));
-  if (p.turn_pool >= 0 && (p.prefill_route == PrefillRoute::kChunk || p.prefill_window <= 0))
-    return Status::error(
-        "--kv-turn-pool ranks a later turn's prompt at its end, by its observation window: it "
-        "needs --prefill-route end or staged and --prefill-window > 0 (qevict's defaults)");
   if (p.pool != 0 && !row.uses_score)
     return Status::error(
         fmt::format("--kv-pool applies to the qevict policy, not to {}", p.policy));

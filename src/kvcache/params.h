@@ -89,11 +89,6 @@ struct KvCacheParams {
   // SnapKV's pooling at window granularity), on the side `pool_side` says. 0: its own score.
   int pool = 0;
   PoolSide pool_side = PoolSide::kBoth;
-  // qevict: the pooling of a later turn's one routing event — a prompt appended to a cache
-  // whose first prompt was routed with an observation window, e.g. a question after the text
-  // (issue 51) — in windows, on the same side; -1: `pool`. With --kv-adapt's coverage tier F
-  // holds a few windows a layer, and pooling ±2 gives up to 5 of them to one peak's neighbours.
-  int turn_pool = -1;
   PrefillRoute prefill_route = PrefillRoute::kChunk;
   // How that one kEnd / kStaged routing ranks windows (windowed caches): 0 = the cumulative
   // score S̄ of every prompt query (Eq. 1, SPEC §2); N > 0 = the attention mass the last N

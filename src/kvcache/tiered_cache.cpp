@@ -155,7 +155,6 @@ Status TieredKvCache::route_layer(int l, RoutingPolicy& pol, RoutingRequest& req
                                   RoutingPlan& plan) {
   store_.candidates(l, n_past_, &req);
   req.scores_from = scores_from_;
-  req.pool = event_pool_;
   pol.plan(req, &plan);
   const Status s = store_.apply(l, req, plan);
   if (!s) return Status::error(fmt::format("{} policy, layer {}: {}", pol.name(), l, s.message()));
@@ -184,8 +183,6 @@ Status TieredKvCache::route() {
 
 Status TieredKvCache::route_prompt() {
   sched_.prompt_routed();
-  // A later turn's prompt: the first one measured the focus (observation window) already.
-  const bool later_turn = p_.prefill_window > 0 && !focus_.empty();
   if (p_.prefill_window > 0) {
     // Scores now hold the observation window's mass only (observe()); the age ranking
     // divides by the queries that made them.
@@ -197,9 +194,7 @@ Status TieredKvCache::route_prompt() {
       if (p_.adapt > 0.0 && adapted_ < 0) adapt_tier();
     }
   }
-  event_pool_ = later_turn ? p_.turn_pool : -1;
   const Status st = route_event(false);
-  event_pool_ = -1;
   trim_scratch();  // sized by the whole prompt's windows
   return st;
 }
@@ -380,9 +375,6 @@ std::string TieredKvCache::describe() const {
   if (p_.pool > 0)
     scoring += fmt::format("{}max-pooled with {} windows {}", scoring.empty() ? "" : ", ", p_.pool,
                            p_.pool_side == PoolSide::kAfter ? "before" : "either side");
-  if (p_.turn_pool >= 0 && p_.turn_pool != p_.pool)
-    scoring += fmt::format("{}a later turn's prompt pooled with {}", scoring.empty() ? "" : ", ",
-                           p_.turn_pool);
   if (p_.score == ScoreMode::kAge)
     scoring += fmt::format("{}age-normalised scores", scoring.empty() ? "" : ", ");
   if (p_.adapt > 0.0) {

@@ -180,7 +180,6 @@ class TieredKvCache final : public SequenceKvCache {
   RoutingSchedule sched_;
   int64_t n_past_ = 0, n_new_ = 0;
   int64_t scores_from_ = 0;  // RoutingRequest::scores_from
-  int event_pool_ = -1;      // RoutingRequest::pool: --kv-turn-pool during a later turn's event
   // --prefill-window: the prompt's last queries, allocated while a prompt is read.
   QueryWindow obs_q_;
   std::vector<float> obs_out_;  // f32 [prefill_window][q_width], discarded outputs

@@ -1,5 +1,5 @@
 // Session files' versions (engine/session_file.h) without a model: version 2 carries the
-// low-bit tier's key_meta, version 3 --kv-adapt, version 4 --kv-turn-pool; a version 1 file (the committed fuzz seeds were
+// low-bit tier's key_meta, version 3 --kv-adapt; a version 1 file (the committed fuzz seeds were
 // written by a version 1 build) still reads, as f16 key scales and zeros; a newer version is a
 // clear error.
 #include "engine/session_file.h"
@@ -62,18 +62,6 @@ TEST(SessionFile, AdaptRoundTripsInVersion3) {
   }
 }
 
-TEST(SessionFile, TurnPoolRoundTripsInVersion4) {
-  for (int turn_pool : {-1, 0, 3}) {
-    SessionFileContents t = tiered(16);
-    t.kv.prefill_route = PrefillRoute::kEnd;  // what --kv-turn-pool needs
-    t.kv.prefill_window = 32;
-    t.kv.turn_pool = turn_pool;
-    auto c = decode_session(encode_session(t));
-    ASSERT_TRUE(c.has_value()) << c.error();
-    EXPECT_EQ(c->kv.turn_pool, turn_pool);
-  }
-}
-
 TEST(SessionFile, AVersion1FileReadsAsF16KeyScales) {
   const std::string b =
       read_all(std::string(QEVICT_TEST_DATA_DIR) + "/fuzz/corpus/session_file_fuzz/tiered_40");
@@ -82,7 +70,6 @@ TEST(SessionFile, AVersion1FileReadsAsF16KeyScales) {
   auto c = decode_session(b);
   ASSERT_TRUE(c.has_value()) << c.error();
   EXPECT_EQ(c->kv.key_meta, 16);
-  EXPECT_EQ(c->kv.turn_pool, -1);
   EXPECT_EQ(c->kv.policy, "qevict");
   EXPECT_TRUE(c->has_state);
 }

@@ -54,9 +54,8 @@ KvCacheParams params_of(std::string policy, double budget) {
 //   distractor D     key 4·e3
 //   question AB      query 6·(e0 + e2)        ask A      query 6·e0
 //   ask D            query 6·(e3 + e0)        ask B      query 6·e2
-//   A, then B        query 7·e0 + 6·e2 (A's logit 4 above B's)
 enum class Key { kHaystack, kA, kB, kD, kRandom };
-enum class Query { kHaystack, kAB, kA, kD, kB, kAThenB, kRandom };
+enum class Query { kHaystack, kAB, kA, kD, kB, kRandom };
 
 struct Driver {
   KvShape s = shape();
@@ -109,9 +108,6 @@ struct Driver {
             break;
           case Query::kB:
             qt[2] = 6.0f;
-            break;
-          case Query::kAThenB:
-            qt[0] = 7.0f, qt[2] = 6.0f;
             break;
         }
       }
@@ -278,54 +274,6 @@ TEST(TwoTurns, TurnTwoRoutingRanksByTurnTwosLastQueries) {
     }
     ASSERT_TRUE(c->commit().is_ok());
   }
-}
-
-// --kv-turn-pool: turn 2's question reads needle A strongly and needle B less (A 80 positions
-// before B, far beyond any pooling), and the F tier holds only a few windows (q 0.75). Pooled
-// ±2 (the default), A and its four neighbours take F's slots and B stays at low bits; with
-// --kv-turn-pool 0 the routing of turn 2 ranks each window by its own score and B is promoted.
-// Turn 1's routing is the same either way.
-TEST(TwoTurns, TurnPoolSetsTheLaterTurnsPoolingOnly) {
-  ThreadPool pool(2);
-  const int64_t a0 = 40, b0 = 120, n_ctx = 700;
-  std::vector<std::vector<Tier>> turn1[2];
-  Tier b_tier[2] = {Tier::kEvicted, Tier::kEvicted};
-  for (int turn_pool : {-1, 0}) {
-    SCOPED_TRACE(turn_pool);
-    Driver d;
-    KvCacheParams p = params_of("qevict", 0.3);
-    p.q = 0.75;
-    p.turn_pool = turn_pool;
-    ASSERT_TRUE(p.validate().is_ok()) << p.validate().message();
-    ASSERT_EQ(p.pool, 2);
-    auto c = make(d.s, n_ctx, p);
-    ASSERT_NE(c, nullptr);
-    const int64_t k_f = report_of(*c).budget.capacity_full;
-    ASSERT_GE(k_f, 3) << "F must hold A's two windows and B's";
-    ASSERT_LE(k_f, 5) << "F must be too small for A's pooled neighbourhood and B";
-    ASSERT_TRUE(d.call(*c, a0, Key::kHaystack, Query::kHaystack, pool));
-    ASSERT_TRUE(d.call(*c, 8, Key::kA, Query::kHaystack, pool));
-    ASSERT_TRUE(d.call(*c, b0 - a0 - 8, Key::kHaystack, Query::kHaystack, pool));
-    ASSERT_TRUE(d.call(*c, 8, Key::kB, Query::kHaystack, pool));
-    ASSERT_TRUE(d.call(*c, 400 - b0 - 8, Key::kHaystack, Query::kHaystack, pool));
-    ASSERT_TRUE(c->end_prompt().is_ok());
-    turn1[turn_pool + 1] = report_of(*c, ReportDetail::kTiers).position_tiers;
-    for (int t = 0; t < 8; ++t)
-      ASSERT_TRUE(d.call(*c, 1, Key::kHaystack, Query::kHaystack, pool));
-    // Turn 2: haystack keys; its last 32 queries read A (7·e0) and B (6·e2).
-    ASSERT_TRUE(d.call(*c, 40, Key::kHaystack, Query::kHaystack, pool));
-    ASSERT_TRUE(d.call(*c, 32, Key::kHaystack, Query::kAThenB, pool));
-    ASSERT_TRUE(c->end_prompt().is_ok());
-    const KvReport r = report_of(*c, ReportDetail::kTiers);
-    for (size_t u = 0; u < r.position_tiers.size(); ++u)
-      EXPECT_EQ(int(r.position_tiers[u][size_t(a0)]), int(Tier::kFull)) << "A, unit " << u;
-    b_tier[turn_pool + 1] = r.position_tiers[0][size_t(b0)];
-    for (size_t u = 1; u < r.position_tiers.size(); ++u)
-      EXPECT_EQ(int(r.position_tiers[u][size_t(b0)]), int(b_tier[turn_pool + 1])) << "unit " << u;
-  }
-  EXPECT_EQ(turn1[0], turn1[1]) << "turn 1's routing does not depend on --kv-turn-pool";
-  EXPECT_EQ(int(b_tier[0]), int(Tier::kQuant)) << "pooled: A's neighbours take F";
-  EXPECT_EQ(int(b_tier[1]), int(Tier::kFull)) << "--kv-turn-pool 0: B is promoted";
 }
 
 }  // namespace

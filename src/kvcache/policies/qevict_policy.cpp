@@ -12,8 +12,7 @@ void QEvictPolicy::plan(const RoutingRequest& req, RoutingPlan* plan) {
   for (size_t i = 0; i < in.size(); ++i)
     rank_[i] = rank_score(mode_, in[i], req.n_past, req.scores_from);
   const std::vector<double>* key = &rank_;
-  const int pool = req.pool >= 0 ? req.pool : pool_;
-  if (pool > 0) {  // the max over the candidates within pool ids, in id order
+  if (pool_ > 0) {  // the max over the candidates within pool_ ids, in id order
     pooled_.resize(in.size());
     by_id_.resize(in.size());
     for (size_t i = 0; i < in.size(); ++i) by_id_[i] = static_cast<int32_t>(i);
@@ -24,10 +23,10 @@ void QEvictPolicy::plan(const RoutingRequest& req, RoutingPlan* plan) {
     for (size_t k = 0; k < by_id_.size(); ++k) {
       const int32_t i = by_id_[k];
       double m = rank_[i];
-      for (size_t j = k; j-- > 0 && in[by_id_[j]].id >= in[i].id - pool;)
+      for (size_t j = k; j-- > 0 && in[by_id_[j]].id >= in[i].id - pool_;)
         m = std::max(m, rank_[by_id_[j]]);
       if (!after_only_)
-        for (size_t j = k + 1; j < by_id_.size() && in[by_id_[j]].id <= in[i].id + pool; ++j)
+        for (size_t j = k + 1; j < by_id_.size() && in[by_id_[j]].id <= in[i].id + pool_; ++j)
           m = std::max(m, rank_[by_id_[j]]);
       pooled_[i] = m;
     }

@@ -35,9 +35,6 @@ struct RoutingRequest {
   // query; a prompt-end observation window, --prefill-window, restarts them): what a
   // per-query normalisation (--kv-score age) divides by.
   int64_t scores_from = 0;
-  // The event's pooling, for policies that pool (QEvictPolicy): -1 the policy's own, else this
-  // many windows (a later turn's prompt routing, --kv-turn-pool).
-  int pool = -1;
   std::vector<RoutingCandidate> candidates;
   RoutingBudget budget;
 
