@@ -6,9 +6,11 @@
 # rank that event's windows by their own score (or ±1). FullKV and the coverage tier itself in
 # the same run for the pairing; `after` and `multi` only (a single prompt has no later turn,
 # so `end` is the coverage tier's by construction: tests/kvcache/two_turn_test.cpp).
-# Resumable (rerun the same command); QEVICT_BIN=PATH runs a copy of the binary.
+# The flag existed from 00dfb12 to its revert (fa0815c, after this run found no output changed):
+# run it with a binary built at 678e1db, QEVICT_BIN=PATH (the committed lines: that binary).
+# Resumable (rerun the same command).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 source tools/eval/grid_common.sh
 C=$QEVICT_INT2:kmeta=8:q=0.95
 grid_rounds "${SAMPLES:-2}" --lengths 4096 --seed 0 --haystack essay --protocol after,multi \
