@@ -6,7 +6,7 @@
 # rank that event's windows by their own score (or ±1). FullKV and the coverage tier itself in
 # the same run for the pairing; `after` and `multi` only (a single prompt has no later turn,
 # so `end` is the coverage tier's by construction: tests/kvcache/two_turn_test.cpp).
-# The flag existed from 00dfb12 to its revert (fa0815c, after this run found no output changed):
+# The flag existed from 00dfb12 to its revert (3d3d562, after this run found no output changed):
 # run it with a binary built at 678e1db, QEVICT_BIN=PATH (the committed lines: that binary).
 # Resumable (rerun the same command).
 set -euo pipefail
